@@ -1,0 +1,52 @@
+// What a run executes on: backend, device, threads, compiler and library versions. Printed by the
+// programs and recorded with every benchmark result.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include <Kokkos_Core.hpp>
+
+#include "../core/compat.hpp"
+#include "spaces.hpp"
+
+namespace kformer::backends {
+
+struct BackendInfo {
+  std::string backend;       // "openmp"
+  std::string device;        // "AMD EPYC (2 threads)", "NVIDIA H100 80GB HBM3"
+  std::string memory_space;  // "HostSpace", "CudaSpace"
+  int concurrency = 0;       // threads (host) or resident threads (device)
+};
+
+std::string host_cpu_model();
+std::string compiler_description();          // "GCC 12.2.0"
+std::string kokkos_version();                // "3.4.01"
+std::string gpu_device_name(int device_id);  // empty when no GPU backend is compiled in
+
+template <class ExecutionSpace>
+BackendInfo backend_info(const ExecutionSpace& exec) {
+  BackendInfo info;
+  info.backend = space_name<ExecutionSpace>();
+  info.memory_space = ExecutionSpace::memory_space::name();
+  info.concurrency = compat::concurrency(exec);
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<ExecutionSpace, Kokkos::Cuda>) {
+    info.device = gpu_device_name(exec.cuda_device());
+    return info;
+  }
+#endif
+#if defined(KOKKOS_ENABLE_HIP)
+  if constexpr (std::is_same_v<ExecutionSpace, compat::HIP>) {
+    info.device = gpu_device_name(exec.hip_device());
+    return info;
+  }
+#endif
+  info.device = host_cpu_model() + " (" + std::to_string(info.concurrency) + " threads)";
+  return info;
+}
+
+// One line per enabled backend, then Kokkos' own configuration report when verbose.
+void print_backends(std::ostream& os, bool verbose = false);
+
+}  // namespace kformer::backends

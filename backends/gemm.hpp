@@ -1,0 +1,52 @@
+// The GEMM entry point every layer uses: C = alpha op(A) op(B) + beta C on 2-D LayoutRight views
+// (activations seen as (batch*seq, feature) matrices, weights in PyTorch's (out, in) layout).
+//
+// It runs on the given execution space through KokkosBlas::gemm, which hands host memory to the
+// BLAS TPL (OpenBLAS) and device memory to cuBLAS/rocBLAS where Kokkos Kernels has them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <Kokkos_Core.hpp>
+
+#include "../core/compat.hpp"
+#include "../core/error.hpp"
+#include "impl/gemm_impl.hpp"
+
+namespace kformer::backends {
+
+enum class Op { N, T };  // op(X) = X or X^T
+
+// C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C.   beta = 0 ignores C's old contents (NaN
+// too).
+template <class ExecutionSpace, class AViewType, class BViewType, class CViewType>
+void gemm(const ExecutionSpace& exec, Op op_a, Op op_b, typename CViewType::const_value_type alpha,
+          const AViewType& A, const BViewType& B, typename CViewType::const_value_type beta,
+          const CViewType& C) {
+  static_assert(compat::rank_v<AViewType> == 2 && compat::rank_v<BViewType> == 2 &&
+                    compat::rank_v<CViewType> == 2,
+                "kformer::backends::gemm takes 2-D views");
+  static_assert(std::is_same_v<typename AViewType::array_layout, Kokkos::LayoutRight> &&
+                    std::is_same_v<typename BViewType::array_layout, Kokkos::LayoutRight> &&
+                    std::is_same_v<typename CViewType::array_layout, Kokkos::LayoutRight>,
+                "kformer::backends::gemm takes LayoutRight views");
+  const std::string where = "kformer::backends::gemm";
+  const std::int64_t m = op_a == Op::N ? A.extent(0) : A.extent(1);
+  const std::int64_t k = op_a == Op::N ? A.extent(1) : A.extent(0);
+  const std::int64_t kb = op_b == Op::N ? B.extent(0) : B.extent(1);
+  const std::int64_t n = op_b == Op::N ? B.extent(1) : B.extent(0);
+  if (k != kb)
+    fail(where, "inner dimensions differ: op(A) is (", m, ", ", k, ") from A ", shape_of(A),
+         ", op(B) is (", kb, ", ", n, ") from B ", shape_of(B));
+  check_shape(where, "C", C, {m, n});
+  if (!A.span_is_contiguous() || !B.span_is_contiguous() || !C.span_is_contiguous())
+    fail(where, "A, B and C must be contiguous (got spans ", A.span(), ", ", B.span(), ", ",
+         C.span(), " for sizes ", A.size(), ", ", B.size(), ", ", C.size(), ")");
+  check_distinct(where, "A", A, "C", C);
+  check_distinct(where, "B", B, "C", C);
+  if (m == 0 || n == 0) return;
+  impl::gemm(exec, op_a == Op::T, op_b == Op::T, alpha, A, B, beta, C);
+}
+
+}  // namespace kformer::backends

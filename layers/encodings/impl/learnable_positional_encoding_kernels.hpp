@@ -1,0 +1,172 @@
+// Kernels of the learnable positional encoding. Each kernel runs over (position, column) pairs
+// of the table and loops over the batch inside, so a table entry is read (or its gradient summed)
+// once, in a fixed order.
+#pragma once
+
+#include <cstdint>
+
+#include <Kokkos_Core.hpp>
+
+#include "../../../core/compat.hpp"
+#include "../../../core/tensor.hpp"
+
+namespace kformer::impl {
+
+template <class ExecutionSpace>
+using FlatPolicy = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
+
+// Where position p of a seq-step sequence reads a max_len-row table, linearly interpolated:
+// rows r0 and r1 with weights (1 - t) and t.
+struct InterpolationStencil {
+  int r0, r1;
+  double t;
+  KOKKOS_INLINE_FUNCTION InterpolationStencil(int p, int seq, int max_len) {
+    const double pos = seq > 1 ? static_cast<double>(p) * (max_len - 1) / (seq - 1) : 0.0;
+    r0 = static_cast<int>(compat::math::floor(pos));
+    if (r0 > max_len - 1) r0 = max_len - 1;
+    r1 = r0 + 1 < max_len ? r0 + 1 : max_len - 1;
+    t = pos - r0;
+  }
+};
+
+// Elements of the table handled by one team: one contiguous run per batch element, long enough
+// to stream well on CPUs; GPUs take many short runs instead.
+template <class ExecutionSpace>
+std::int64_t table_chunk(const ExecutionSpace&) {
+  constexpr bool host =
+      Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                                 typename ExecutionSpace::memory_space>::accessible;
+  return host ? 64 * 1024 : 4 * 1024;
+}
+
+// y[b, p, j] = x[b, p, j] + pe[p, j] for p < y.extent(1).
+template <class ExecutionSpace, class T, class M>
+void learnable_pe_forward(const ExecutionSpace& exec, const Tensor3<const T, M>& x,
+                          const Tensor3<T, M>& y, const Tensor2<const T, M>& pe) {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  const int batch = y.extent(0);
+  const std::int64_t n = std::int64_t(y.extent(1)) * y.extent(2);
+  const std::int64_t x_stride = std::int64_t(x.extent(1)) * x.extent(2);
+  const std::int64_t chunk = table_chunk(exec);
+  const T* const xp = x.data();
+  T* const yp = y.data();
+  const T* const table = pe.data();
+  Kokkos::parallel_for(
+      "kformer::learnable_pe::forward",
+      Kokkos::TeamPolicy<ExecutionSpace>(exec, (n + chunk - 1) / chunk, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const member_type& team) {
+        const std::int64_t begin = team.league_rank() * chunk;
+        const int len = static_cast<int>(begin + chunk < n ? chunk : n - begin);
+        const T* const t = table + begin;
+        for (int b = 0; b < batch; ++b) {
+          const T* const in = xp + b * x_stride + begin;
+          T* const out = yp + b * n + begin;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
+                               [=](const int k) { out[k] = in[k] + t[k]; });
+        }
+      });
+}
+
+// y[b, p, j] = x[b, p, j] + (1 - t) pe[r0, j] + t pe[r1, j]   (InterpolationStencil of p).
+template <class ExecutionSpace, class T, class M>
+void learnable_pe_forward_interpolated(const ExecutionSpace& exec, const Tensor3<const T, M>& x,
+                                       const Tensor3<T, M>& y, const Tensor2<const T, M>& pe) {
+  const int batch = y.extent(0), seq = y.extent(1), dim = y.extent(2);
+  const int max_len = pe.extent(0);
+  Kokkos::parallel_for(
+      "kformer::learnable_pe::forward_interpolated",
+      FlatPolicy<ExecutionSpace>(exec, 0, std::int64_t(seq) * dim),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const int p = static_cast<int>(i / dim), j = static_cast<int>(i % dim);
+        const InterpolationStencil s(p, seq, max_len);
+        const T v = static_cast<T>((1.0 - s.t) * pe(s.r0, j) + s.t * pe(s.r1, j));
+        for (int b = 0; b < batch; ++b)
+          y(b, p, j) = x(b, p, j) + v;
+      });
+}
+
+// grad[p, j] += sum_b dy[b, p, j] for p < dy.extent(1), summed over b in order (deterministic).
+template <class ExecutionSpace, class T, class M>
+void learnable_pe_backward_table(const ExecutionSpace& exec, const Tensor3<const T, M>& dy,
+                                 const Tensor2<T, M>& grad) {
+  using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
+  using member_type = typename policy_type::member_type;
+  using Scratch =
+      Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  const int batch = dy.extent(0);
+  const std::int64_t n = std::int64_t(dy.extent(1)) * dy.extent(2);
+  const std::int64_t chunk = table_chunk(exec) / (sizeof(T) / sizeof(float));
+  const T* const dyp = dy.data();
+  T* const g = grad.data();
+  const std::size_t bytes = Scratch::shmem_size(chunk);
+  const int level = bytes <= std::size_t(policy_type::scratch_size_max(0)) ? 0 : 1;
+  Kokkos::parallel_for(
+      "kformer::learnable_pe::backward_table",
+      policy_type(exec, (n + chunk - 1) / chunk, Kokkos::AUTO)
+          .set_scratch_size(level, Kokkos::PerTeam(bytes)),
+      KOKKOS_LAMBDA(const member_type& team) {
+        const std::int64_t begin = team.league_rank() * chunk;
+        const int len = static_cast<int>(begin + chunk < n ? chunk : n - begin);
+        T* const sum = Scratch(team.team_scratch(level), chunk).data();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len), [=](const int k) { sum[k] = 0; });
+        for (int b = 0; b < batch; ++b) {
+          const T* const d = dyp + b * n + begin;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
+                               [=](const int k) { sum[k] += d[k]; });
+        }
+        T* const out = g + begin;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
+                             [=](const int k) { out[k] += sum[k]; });
+      });
+}
+
+// grad[r, j] += sum_b sum_p weight(p, r) dy[b, p, j], gathering over the positions whose stencil
+// touches row r (no scatter, so no atomics).
+template <class ExecutionSpace, class T, class M>
+void learnable_pe_backward_interpolated(const ExecutionSpace& exec, const Tensor3<const T, M>& dy,
+                                        const Tensor2<T, M>& grad, int seq) {
+  const int batch = dy.extent(0), dim = dy.extent(2), max_len = grad.extent(0);
+  Kokkos::parallel_for(
+      "kformer::learnable_pe::backward_interpolated",
+      FlatPolicy<ExecutionSpace>(exec, 0, std::int64_t(max_len) * dim),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const int r = static_cast<int>(i / dim), j = static_cast<int>(i % dim);
+        // Positions with r - 1 < p (max_len - 1) / (seq - 1) < r + 1, widened by one for rounding.
+        const double scale = static_cast<double>(seq - 1) / (max_len > 1 ? max_len - 1 : 1);
+        int p_lo = static_cast<int>(compat::math::floor((r - 1) * scale)) - 1;
+        int p_hi = static_cast<int>(compat::math::ceil((r + 1) * scale)) + 1;
+        if (max_len == 1) p_lo = 0, p_hi = seq - 1;
+        if (p_lo < 0) p_lo = 0;
+        if (p_hi > seq - 1) p_hi = seq - 1;
+        double sum = 0;
+        for (int p = p_lo; p <= p_hi; ++p) {
+          const InterpolationStencil s(p, seq, max_len);
+          double w = 0;
+          if (s.r0 == r) w += 1.0 - s.t;
+          if (s.r1 == r) w += s.t;
+          if (w == 0) continue;
+          double column = 0;
+          for (int b = 0; b < batch; ++b)
+            column += dy(b, p, j);
+          sum += w * column;
+        }
+        grad(r, j) += static_cast<T>(sum);
+      });
+}
+
+// dx[b, p, :] = dy[b, p, :] for p < dy.extent(1), 0 beyond (the truncated steps).
+template <class ExecutionSpace, class T, class M>
+void learnable_pe_backward_input(const ExecutionSpace& exec, const Tensor3<const T, M>& dy,
+                                 const Tensor3<T, M>& dx) {
+  if (dx.data() == dy.data() && dx.extent(1) == dy.extent(1)) return;
+  const int out = dy.extent(1);
+  Kokkos::parallel_for(
+      "kformer::learnable_pe::backward_input",
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(
+          exec, {0, 0, 0}, {long(dx.extent(0)), long(dx.extent(1)), long(dx.extent(2))}),
+      KOKKOS_LAMBDA(const long b, const long p, const long j) {
+        dx(b, p, j) = p < out ? dy(b, p, j) : T(0);
+      });
+}
+
+}  // namespace kformer::impl

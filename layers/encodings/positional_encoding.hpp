@@ -1,0 +1,102 @@
+// The fixed sinusoidal positional encoding (Vaswani et al.), as a matrix and as a layer.
+//
+//   PE[p, sin_column(i)] = sin((p + first_position) w_i)
+//   PE[p, cos_column(i)] = cos((p + first_position) w_i),   w_i = base^(-2i/dim)
+//
+// The layer has no parameters and reads the sequence length from its input at every call, so the
+// same layer serves trajectories of any length. Its Jacobian is the identity: backward passes the
+// gradient through unchanged (a structure-preserving network keeps its structure with it in front).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <Kokkos_Core.hpp>
+
+#include "../../core/error.hpp"
+#include "../../core/tensor.hpp"
+#include "impl/positional_encoding_kernels.hpp"
+#include "sinusoid.hpp"
+
+namespace kformer {
+
+struct PositionalEncodingOptions {
+  SinusoidLayout layout = SinusoidLayout::Interleaved;
+  double base = 10000.0;
+  // Position of the first row. GeometricMachineLearning counts from 1 and subtracts 1, which is
+  // the default 0; a streaming caller continuing a sequence passes the number of steps seen.
+  std::int64_t first_position = 0;
+};
+
+// The (seq_length, dim) encoding matrix in exec's memory space, for reuse and inspection.
+template <class T, class ExecutionSpace>
+Tensor2<T, typename ExecutionSpace::memory_space> positional_encoding(
+    const ExecutionSpace& exec, int dim, int seq_length,
+    const PositionalEncodingOptions& options = {}) {
+  using memory_space = typename ExecutionSpace::memory_space;
+  const std::string where = "kformer::positional_encoding";
+  const Sinusoid sinusoid(where, dim, {options.layout, options.base});
+  if (seq_length < 0) fail(where, "seq_length must be non-negative, got ", seq_length);
+  Tensor2<T, memory_space> pe(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kformer::positional_encoding"),
+      seq_length, dim);
+  const Tensor3<T, memory_space> pe3 = as_batch(pe);
+  impl::PositionalEncodingFunctor<T, ExecutionSpace, false>::launch(
+      "kformer::positional_encoding::matrix", exec, pe3, pe3, sinusoid,
+      static_cast<double>(options.first_position));
+  return pe;
+}
+
+template <class T, class ExecutionSpace>
+class PositionalEncoding {
+ public:
+  using execution_space = ExecutionSpace;
+  using memory_space = typename ExecutionSpace::memory_space;
+  using Tensor3 = kformer::Tensor3<T, memory_space>;
+  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using Tensor2 = kformer::Tensor2<T, memory_space>;
+  using ConstTensor2 = kformer::Tensor2<const T, memory_space>;
+
+  explicit PositionalEncoding(int dim, const PositionalEncodingOptions& options = {})
+      : sinusoid_("kformer::PositionalEncoding", dim, {options.layout, options.base}),
+        options_(options) {}
+
+  int dim() const { return sinusoid_.dim; }
+  const PositionalEncodingOptions& options() const { return options_; }
+
+  // y = x + PE[:seq].   x, y: (batch, seq, dim); y may be x itself.
+  void forward(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& y) const {
+    const std::string where = "kformer::PositionalEncoding::forward";
+    check_shape(where, "x", x, {-1, -1, dim()});
+    check_shape(where, "y", y, extents_of(x));
+    impl::PositionalEncodingFunctor<T, ExecutionSpace, true>::launch(
+        "kformer::positional_encoding::add", exec, x, y, sinusoid_, first_position());
+  }
+  // x += PE[:seq].   x: (batch, seq, dim)
+  void forward_inplace(const ExecutionSpace& exec, const Tensor3& x) const { forward(exec, x, x); }
+
+  // A single (seq, dim) sequence, as a batch of one.
+  void forward(const ExecutionSpace& exec, const ConstTensor2& x, const Tensor2& y) const {
+    const std::string where = "kformer::PositionalEncoding::forward";
+    check_shape(where, "x", x, {-1, dim()});
+    check_shape(where, "y", y, extents_of(x));
+    forward(exec, ConstTensor3(x.data(), 1, x.extent(0), x.extent(1)), as_batch(y));
+  }
+  void forward_inplace(const ExecutionSpace& exec, const Tensor2& x) const { forward(exec, x, x); }
+
+  // dx = dy (the Jacobian is the identity). Nothing to do when dx is dy.
+  void backward(const ExecutionSpace& exec, const ConstTensor3& dy, const Tensor3& dx) const {
+    const std::string where = "kformer::PositionalEncoding::backward";
+    check_shape(where, "dy", dy, {-1, -1, dim()});
+    check_shape(where, "dx", dx, extents_of(dy));
+    if (dx.data() != dy.data()) Kokkos::deep_copy(exec, dx, dy);
+  }
+
+ private:
+  double first_position() const { return static_cast<double>(options_.first_position); }
+
+  Sinusoid sinusoid_;
+  PositionalEncodingOptions options_;
+};
+
+}  // namespace kformer

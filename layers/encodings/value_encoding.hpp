@@ -1,0 +1,167 @@
+// The sinusoid of a real value per token: m/z or intensity of a peak (IDSL_MINT encodes a peak's
+// intensity this way), or the time stamp of an irregular time series.
+//
+//   enc(v)[sin_column(i)] = sin(v w_i),   enc(v)[cos_column(i)] = cos(v w_i)
+//
+// with the frequencies of Sinusoid (base mode: exactly the positional encoding's, so encoding the
+// values 0, 1, 2, ... reproduces PositionalEncoding; wavelength mode: geometric wavelengths between
+// min_wavelength and max_wavelength, as depthcharge's mass encoders).
+//
+//   forward:          y = x + enc(values)        values (batch, seq), x, y (batch, seq, dim)
+//   encode:           y = enc(values)
+//   backward:         dx = dy
+//   backward_values:  dvalues[b, s] = sum_i w_i (dy[b,s,sin_i] cos(v w_i) - dy[b,s,cos_i] sin(v
+//   w_i))
+//
+// Values must be finite: a NaN or Inf is reported with its index before anything is written.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <Kokkos_Core.hpp>
+
+#include "../../core/compat.hpp"
+#include "../../core/error.hpp"
+#include "../../core/tensor.hpp"
+#include "sinusoid.hpp"
+
+namespace kformer {
+
+template <class T, class ExecutionSpace>
+class ValueEncoding {
+ public:
+  using execution_space = ExecutionSpace;
+  using memory_space = typename ExecutionSpace::memory_space;
+  using Tensor3 = kformer::Tensor3<T, memory_space>;
+  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using Tensor2 = kformer::Tensor2<T, memory_space>;
+  using ConstTensor2 = kformer::Tensor2<const T, memory_space>;
+
+  ValueEncoding(const ExecutionSpace& exec, int dim, const SinusoidOptions& options = {})
+      : sinusoid_("kformer::ValueEncoding", dim, options),
+        frequencies_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                        "kformer::ValueEncoding::frequencies"),
+                     sinusoid_.n_freq) {
+    const auto w = frequencies_;
+    const Sinusoid s = sinusoid_;
+    Kokkos::parallel_for(
+        "kformer::value_encoding::frequencies",
+        Kokkos::RangePolicy<ExecutionSpace>(exec, 0, s.n_freq),
+        KOKKOS_LAMBDA(const int i) { w(i) = s.frequency(i); });
+  }
+
+  int dim() const { return sinusoid_.dim; }
+  // The n_freq = ceil(dim/2) angular frequencies w_i, in the space's memory.
+  Kokkos::View<const double*, memory_space> frequencies() const { return frequencies_; }
+
+  // y = x + enc(values); y may be x itself.
+  void forward(const ExecutionSpace& exec, const ConstTensor2& values, const ConstTensor3& x,
+               const Tensor3& y) const {
+    const std::string where = "kformer::ValueEncoding::forward";
+    check_shape(where, "x", x,
+                {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
+    check_shape(where, "y", y, extents_of(x));
+    check_finite(where, exec, values);
+    launch<true>("kformer::value_encoding::add", exec, values, x, y);
+  }
+
+  // y = enc(values).   y: (batch, seq, dim)
+  void encode(const ExecutionSpace& exec, const ConstTensor2& values, const Tensor3& y) const {
+    const std::string where = "kformer::ValueEncoding::encode";
+    check_shape(where, "y", y,
+                {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
+    check_finite(where, exec, values);
+    launch<false>("kformer::value_encoding::encode", exec, values, y, y);
+  }
+
+  // dx = dy (the encoding does not depend on x). Nothing to do when dx is dy.
+  void backward(const ExecutionSpace& exec, const ConstTensor3& dy, const Tensor3& dx) const {
+    const std::string where = "kformer::ValueEncoding::backward";
+    check_shape(where, "dy", dy, {-1, -1, dim()});
+    check_shape(where, "dx", dx, extents_of(dy));
+    if (dx.data() != dy.data()) Kokkos::deep_copy(exec, dx, dy);
+  }
+
+  // dvalues = d(sum dy * enc(values)) / dvalues, for values that are themselves computed.
+  void backward_values(const ExecutionSpace& exec, const ConstTensor2& values,
+                       const ConstTensor3& dy, const Tensor2& dvalues) const {
+    const std::string where = "kformer::ValueEncoding::backward_values";
+    check_shape(where, "dy", dy,
+                {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
+    check_shape(where, "dvalues", dvalues, extents_of(values));
+    const auto w = frequencies_;
+    const Sinusoid s = sinusoid_;
+    const int seq = values.extent(1);
+    Kokkos::parallel_for(
+        "kformer::value_encoding::backward_values",
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+            exec, 0, std::int64_t(values.extent(0)) * seq),
+        KOKKOS_LAMBDA(const std::int64_t token) {
+          const int b = static_cast<int>(token / seq), p = static_cast<int>(token % seq);
+          const double v = values(b, p);
+          double sum = 0;
+          for (int i = 0; i < s.n_freq; ++i) {
+            const double angle = v * w(i);
+            sum += w(i) * dy(b, p, s.sin_column(i)) * compat::math::cos(angle);
+            if (i < s.n_cos) sum -= w(i) * dy(b, p, s.cos_column(i)) * compat::math::sin(angle);
+          }
+          dvalues(b, p) = static_cast<T>(sum);
+        });
+  }
+
+ private:
+  // One work item per (token, frequency): the sine and cosine of v w_i, in double.
+  template <bool kAddInput>
+  void launch(const char* label, const ExecutionSpace& exec, const ConstTensor2& values,
+              const ConstTensor3& x, const Tensor3& y) const {
+    const auto w = frequencies_;
+    const Sinusoid s = sinusoid_;
+    const int seq = values.extent(1);
+    const std::int64_t per_token = s.n_freq;
+    Kokkos::parallel_for(
+        label,
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+            exec, 0, std::int64_t(values.extent(0)) * seq * per_token),
+        KOKKOS_LAMBDA(const std::int64_t k) {
+          const std::int64_t token = k / per_token;
+          const int i = static_cast<int>(k % per_token);
+          const int b = static_cast<int>(token / seq), p = static_cast<int>(token % seq);
+          const double angle = static_cast<double>(values(b, p)) * w(i);
+          const int cs = s.sin_column(i);
+          const T sin_v = static_cast<T>(compat::math::sin(angle));
+          y(b, p, cs) = kAddInput ? x(b, p, cs) + sin_v : sin_v;
+          if (i < s.n_cos) {
+            const int cc = s.cos_column(i);
+            const T cos_v = static_cast<T>(compat::math::cos(angle));
+            y(b, p, cc) = kAddInput ? x(b, p, cc) + cos_v : cos_v;
+          }
+        });
+  }
+
+  void check_finite(const std::string& where, const ExecutionSpace& exec,
+                    const ConstTensor2& values) const {
+    const int seq = values.extent(1);
+    std::int64_t first_bad = std::numeric_limits<std::int64_t>::max();
+    Kokkos::parallel_reduce(
+        "kformer::value_encoding::check_finite",
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+            exec, 0, std::int64_t(values.extent(0)) * seq),
+        KOKKOS_LAMBDA(const std::int64_t k, std::int64_t& bad) {
+          const T v = values(k / seq, k % seq);
+          if (!compat::math::isfinite(v) && k < bad) bad = k;
+        },
+        Kokkos::Min<std::int64_t>(first_bad));
+    if (first_bad != std::numeric_limits<std::int64_t>::max()) {
+      const auto host = to_host(Kokkos::subview(values, first_bad / seq, first_bad % seq));
+      fail(where, "values[", first_bad / seq, ", ", first_bad % seq, "] = ", host(),
+           " is not finite; values must be finite");
+    }
+  }
+
+  Sinusoid sinusoid_;
+  Kokkos::View<double*, memory_space> frequencies_;
+};
+
+}  // namespace kformer

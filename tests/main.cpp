@@ -1,0 +1,21 @@
+// Catch2 runner for kformer's tests: Kokkos is initialised once for the whole process, after
+// Catch has parsed its own arguments (so that listing tests needs no Kokkos).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include "support/allocation_counter.hpp"
+
+int main(int argc, char* argv[]) {
+  Catch::Session session;
+  if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
+  if (session.configData().listTests || session.configData().listTestNamesOnly ||
+      session.configData().listTags)
+    return session.run();
+  Kokkos::initialize(argc, argv);
+  kformer::testing::AllocationCounter::install();
+  const int rc = session.run();
+  Kokkos::finalize();
+  return rc;
+}

@@ -1,0 +1,106 @@
+// core/: error messages, the counter-based generator, atomic file output, PNG output.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include <Kokkos_Core.hpp>
+
+#include <kformer/core/error.hpp>
+#include <kformer/core/file_io.hpp>
+#include <kformer/core/png.hpp>
+#include <kformer/core/random.hpp>
+#include <kformer/core/tensor.hpp>
+
+#include "support/test_support.hpp"
+
+using namespace kformer;
+using namespace kformer::testing;
+
+TEST_CASE("check_shape names the argument and both shapes", "[core][errors]") {
+  Kokkos::View<float***, Kokkos::LayoutRight, Kokkos::HostSpace> v("v", 2, 5, 7);
+  CHECK_NOTHROW(check_shape("kformer::X::f", "x", v, {2, -1, 7}));
+  CHECK_THROWS_AS(check_shape("kformer::X::f", "x", v, {2, -1, 8}), Error);
+  CHECK_THROWS_WITH(check_shape("kformer::X::f", "x", v, {-1, -1, 8}),
+                    "kformer::X::f: x has shape (2, 5, 7), expected (*, *, 8)");
+}
+
+TEST_CASE("Philox4x32-10 reproduces the Random123 known-answer vectors", "[core][random]") {
+  struct Kat {
+    std::uint32_t ctr[4], key[2], out[4];
+  };
+  const Kat kats[] = {{{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+                      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+                       {0xffffffff, 0xffffffff},
+                       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+                      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+                       {0xa4093822, 0x299f31d0},
+                       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}};
+  for (const auto& kat : kats) {
+    const Philox4x32 rng((std::uint64_t(kat.key[1]) << 32) | kat.key[0]);
+    std::uint32_t c[4] = {kat.ctr[0], kat.ctr[1], kat.ctr[2], kat.ctr[3]};
+    rng(c);
+    for (int i = 0; i < 4; ++i)
+      CHECK(c[i] == kat.out[i]);
+  }
+}
+
+TEST_CASE("derive_seed gives distinct child seeds", "[core][random]") {
+  std::set<std::uint64_t> seeds;
+  for (const char* name : {"weight", "bias", "pe", "layers.0.weight", "layers.1.weight"})
+    for (std::uint64_t s : {0ull, 1ull, 42ull})
+      seeds.insert(derive_seed(s, name));
+  CHECK(seeds.size() == 15);
+}
+
+namespace {
+std::string read_file(const std::string& path) {
+  std::ifstream is(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(is), {});
+}
+}  // namespace
+
+TEST_CASE("write_file_atomic replaces whole files and leaves them alone on failure", "[core][io]") {
+  char dir_template[] = "/tmp/kformer-test-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string path = dir + "/out.txt";
+  write_file_atomic(path, "first");
+  CHECK(read_file(path) == "first");
+  write_file_atomic(path, "second version");
+  CHECK(read_file(path) == "second version");
+  CHECK_THROWS_WITH(
+      write_file_atomic(dir + "/missing/out.txt", "x"),
+      Catch::Contains("kformer::write_file_atomic") && Catch::Contains("missing/out.txt"));
+  if (geteuid() != 0) {  // root writes into read-only directories
+    chmod(dir.c_str(), 0500);
+    CHECK_THROWS_AS(write_file_atomic(path, "third"), Error);
+    chmod(dir.c_str(), 0700);
+    CHECK(read_file(path) == "second version");
+  }
+  std::remove(path.c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("write_heatmap_png writes a PNG of the matrix size", "[core][io]") {
+  const std::string path = "/tmp/kformer-test-heatmap.png";
+  write_heatmap_png(path, {-1.0, 0.0, 1.0, 0.5, -0.5, 0.25}, 2, 3, -1.0, 1.0, 4, 2);
+  const std::string png = read_file(path);
+  REQUIRE(png.size() > 33);
+  CHECK(png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  CHECK(png.compare(12, 4, "IHDR") == 0);
+  const auto u32 = [&](int at) {
+    return (std::uint32_t(std::uint8_t(png[at])) << 24) |
+           (std::uint32_t(std::uint8_t(png[at + 1])) << 16) |
+           (std::uint32_t(std::uint8_t(png[at + 2])) << 8) | std::uint8_t(png[at + 3]);
+  };
+  CHECK(u32(16) == 12);  // width: 3 columns x 4 pixels
+  CHECK(u32(20) == 4);   // height: 2 rows x 2 pixels
+  std::remove(path.c_str());
+  CHECK_THROWS_WITH(write_heatmap_png(path, {1.0, 2.0}, 2, 3, 0, 1),
+                    Catch::Contains("expected 6 values"));
+}

@@ -1,0 +1,99 @@
+// The GEMM entry point against a naive host product, for every transpose combination, both
+// scalar types and every backend; edge cases and errors.
+#include <catch2/catch.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <kformer/backends/gemm.hpp>
+#include <kformer/backends/spaces.hpp>
+
+#include "support/test_support.hpp"
+
+using namespace kformer;
+using namespace kformer::testing;
+using backends::Op;
+
+namespace {
+
+// C = alpha op(A) op(B) + beta C on row-major host matrices, in double.
+std::vector<double> naive_gemm(bool ta, bool tb, int m, int n, int k, double alpha,
+                               const std::vector<double>& a, const std::vector<double>& b,
+                               double beta, std::vector<double> c) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int l = 0; l < k; ++l)
+        s += (ta ? a[l * m + i] : a[i * k + l]) * (tb ? b[j * k + l] : b[l * n + j]);
+      c[i * n + j] = alpha * s + beta * c[i * n + j];
+    }
+  return c;
+}
+
+template <class T, class Space>
+void check_products(double tolerance) {
+  const int m = 37, n = 29, k = 53;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (double beta : {0.0, 0.5}) {
+        CAPTURE(ta, tb, beta);
+        const auto a = random_values(m * k, 1), b = random_values(k * n, 2),
+                   c = random_values(m * n, 3);
+        const auto A = ta ? device_from<T, Space>(a, k, m) : device_from<T, Space>(a, m, k);
+        const auto B = tb ? device_from<T, Space>(b, n, k) : device_from<T, Space>(b, k, n);
+        auto C = device_from<T, Space>(c, m, n);
+        backends::gemm(Space(), ta ? Op::T : Op::N, tb ? Op::T : Op::N, T(1.5), A, B, T(beta), C);
+        CHECK(max_rel_diff(host_values(C), naive_gemm(ta, tb, m, n, k, 1.5, a, b, beta, c)) <=
+              tolerance);
+      }
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("gemm matches a naive product", "[backends][gemm]",
+                        backends::EnabledSpaces) {
+  check_products<double, TestType>(1e-14);
+  check_products<float, TestType>(1e-6);
+}
+
+TEMPLATE_LIST_TEST_CASE("gemm with beta = 0 ignores C, and k = 0 scales C", "[backends][gemm]",
+                        backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  const auto a = random_values(4 * 3, 1), b = random_values(3 * 5, 2);
+  auto C = device_from<double, Space>(std::vector<double>(20, std::nan("")), 4, 5);
+  backends::gemm(Space(), Op::N, Op::N, 1.0, device_from<double, Space>(a, 4, 3),
+                 device_from<double, Space>(b, 3, 5), 0.0, C);
+  CHECK(max_rel_diff(host_values(C), naive_gemm(false, false, 4, 5, 3, 1.0, a, b, 0.0,
+                                                std::vector<double>(20, 0.0))) <= 1e-14);
+  Tensor2<double, M> A0("A0", 4, 0), B0("B0", 0, 5);
+  auto C2 = device_from<double, Space>(std::vector<double>(20, 2.0), 4, 5);
+  backends::gemm(Space(), Op::N, Op::N, 1.0, A0, B0, 0.25, C2);
+  for (double v : host_values(C2))
+    REQUIRE(v == 0.5);
+  backends::gemm(Space(), Op::N, Op::N, 1.0, A0, B0, 0.0, C2);
+  for (double v : host_values(C2))
+    REQUIRE(v == 0.0);
+  Tensor2<double, M> E("E", 0, 3), F("F", 3, 5), G("G", 0, 5);
+  backends::gemm(Space(), Op::N, Op::N, 1.0, E, F, 0.0, G);  // empty output: nothing to do
+}
+
+TEMPLATE_LIST_TEST_CASE("gemm reports mismatched shapes and aliasing", "[backends][gemm][errors]",
+                        backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  Tensor2<float, M> A("A", 4, 3), B("B", 5, 6), C("C", 4, 6), C_bad("C_bad", 3, 6);
+  CHECK_THROWS_WITH(
+      backends::gemm(Space(), Op::N, Op::N, 1.0f, A, B, 0.0f, C),
+      Catch::Contains("kformer::backends::gemm") &&
+          Catch::Contains(
+              "inner dimensions differ: op(A) is (4, 3) from A (4, 3), op(B) is (5, 6)"));
+  Tensor2<float, M> B_ok("B_ok", 3, 6);
+  Kokkos::deep_copy(C_bad, 9.0f);
+  CHECK_THROWS_WITH(backends::gemm(Space(), Op::N, Op::N, 1.0f, A, B_ok, 0.0f, C_bad),
+                    Catch::Contains("C has shape (3, 6), expected (4, 6)"));
+  for (double v : host_values(C_bad))
+    REQUIRE(v == 9.0);
+  Tensor2<float, M> S("S", 4, 4);
+  CHECK_THROWS_WITH(backends::gemm(Space(), Op::N, Op::N, 1.0f, S, S, 0.0f, S),
+                    Catch::Contains("overlap"));
+}
