@@ -57,9 +57,10 @@ class LearnablePositionalEncoding {
   Param<T, memory_space>& pe() { return pe_; }
   const Param<T, memory_space>& pe() const { return pe_; }
 
+  // f(name, Param&) for the table, "pe".
   template <class F>
   void visit_parameters(F&& f) {
-    f(pe_);
+    f(std::string("pe"), pe_);
   }
   void zero_grad(const ExecutionSpace& exec) { Kokkos::deep_copy(exec, pe_.grad, T(0)); }
 

@@ -1,0 +1,136 @@
+// Many small GEMMs of the same shape, indexed by two batch indices (outer, inner): attention's
+// per-(batch, head) products read Q, K, V straight out of the packed (batch*seq, 3*d) projection,
+// where head h of batch element b starts at b*seq*3d + h*dh with leading dimension 3d.
+//
+//   C[o, i] = alpha op(A[o, i]) op(B[o, i]) + beta C[o, i]
+//
+// On host memory with a BLAS TPL, each product is one BLAS call, run in parallel across the batch
+// on the execution space (the OpenMP build of OpenBLAS runs single-threaded inside a parallel
+// region). Elsewhere a Kokkos team kernel computes them (one team per product).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include <KokkosKernels_config.h>
+#include <Kokkos_Core.hpp>
+
+#include "../core/compat.hpp"
+#include "../core/error.hpp"
+#include "gemm.hpp"
+#include "impl/gemm_impl.hpp"
+
+namespace kformer::backends {
+
+// A batch of row-major (rows, cols) matrices: matrix (o, i) starts at
+// data + o * outer_stride + i * inner_stride, and its rows are ld elements apart.
+template <class T>
+struct StridedMatrices {
+  T* data = nullptr;
+  std::int64_t rows = 0, cols = 0, ld = 0;
+  std::int64_t outer_stride = 0, inner_stride = 0;
+
+  KOKKOS_INLINE_FUNCTION T* at(int o, int i) const {
+    return data + o * outer_stride + i * inner_stride;
+  }
+  // The same matrices, read-only.
+  template <class U = T, std::enable_if_t<!std::is_const_v<U>, int> = 0>
+  operator StridedMatrices<const U>() const {
+    return {data, rows, cols, ld, outer_stride, inner_stride};
+  }
+};
+
+namespace impl {
+
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+extern "C" {
+void F77_BLAS_MANGLE(sgemm, SGEMM)(const char*, const char*, const int*, const int*, const int*,
+                                   const float*, const float*, const int*, const float*, const int*,
+                                   const float*, float*, const int*);
+void F77_BLAS_MANGLE(dgemm, DGEMM)(const char*, const char*, const int*, const int*, const int*,
+                                   const double*, const double*, const int*, const double*,
+                                   const int*, const double*, double*, const int*);
+}
+
+// Row-major C = alpha op(A) op(B) + beta C through column-major BLAS: C^T = op(B)^T op(A)^T.
+template <class T>
+void blas_gemm_row_major(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda,
+                         const T* b, int ldb, T beta, T* c, int ldc) {
+  const char op_b = tb ? 'T' : 'N', op_a = ta ? 'T' : 'N';
+  if constexpr (std::is_same_v<T, float>)
+    F77_BLAS_MANGLE(sgemm, SGEMM)
+    (&op_b, &op_a, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
+  else
+    F77_BLAS_MANGLE(dgemm, DGEMM)
+    (&op_b, &op_a, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
+}
+#endif
+
+// One team per product; each thread computes whole entries of C (dot products over k).
+template <class ExecutionSpace, class T>
+void gemm_batched_native(const ExecutionSpace& exec, bool ta, bool tb, T alpha,
+                         const StridedMatrices<const T>& A, const StridedMatrices<const T>& B,
+                         T beta, const StridedMatrices<T>& C, int n_outer, int n_inner) {
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+  const int m = static_cast<int>(C.rows), n = static_cast<int>(C.cols);
+  const int k = static_cast<int>(ta ? A.rows : A.cols);
+  Kokkos::parallel_for(
+      "kformer::gemm_batched::native",
+      Kokkos::TeamPolicy<ExecutionSpace>(exec, n_outer * n_inner, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const member_type& team) {
+        const int o = team.league_rank() / n_inner, i = team.league_rank() % n_inner;
+        const T* const a = A.at(o, i);
+        const T* const b = B.at(o, i);
+        T* const c = C.at(o, i);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, m * n), [=](const int e) {
+          const int r = e / n, col = e % n;
+          T sum = 0;
+          for (int l = 0; l < k; ++l)
+            sum += (ta ? a[l * A.ld + r] : a[r * A.ld + l]) *
+                   (tb ? b[col * B.ld + l] : b[l * B.ld + col]);
+          T& out = c[r * C.ld + col];
+          out = beta == T(0) ? alpha * sum : alpha * sum + beta * out;
+        });
+      });
+}
+
+}  // namespace impl
+
+template <class ExecutionSpace, class T>
+void gemm_batched(const ExecutionSpace& exec, Op op_a, Op op_b, T alpha,
+                  const StridedMatrices<const T>& A, const StridedMatrices<const T>& B, T beta,
+                  const StridedMatrices<T>& C, int n_outer, int n_inner) {
+  const std::string where = "kformer::backends::gemm_batched";
+  const bool ta = op_a == Op::T, tb = op_b == Op::T;
+  const std::int64_t m = ta ? A.cols : A.rows, k = ta ? A.rows : A.cols;
+  const std::int64_t kb = tb ? B.cols : B.rows, n = tb ? B.rows : B.cols;
+  if (k != kb || C.rows != m || C.cols != n)
+    fail(where, "shapes do not match: op(A) is (", m, ", ", k, "), op(B) is (", kb, ", ", n,
+         "), C is (", C.rows, ", ", C.cols, ")");
+  if (A.ld < A.cols || B.ld < B.cols || C.ld < C.cols)
+    fail(where, "a leading dimension is smaller than its row length");
+  if (n_outer <= 0 || n_inner <= 0 || m == 0 || n == 0) return;
+
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                                           typename ExecutionSpace::memory_space>::accessible &&
+                (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+    const impl::HostBlasThreads threads(exec);
+    // Host code calling BLAS inside a host parallel loop: each call runs single-threaded.
+    Kokkos::parallel_for(
+        "kformer::gemm_batched::blas",
+        Kokkos::RangePolicy<ExecutionSpace>(exec, 0, n_outer * n_inner), [=](const int e) {
+          const int o = e / n_inner, i = e % n_inner;
+          impl::blas_gemm_row_major(ta, tb, static_cast<int>(m), static_cast<int>(n),
+                                    static_cast<int>(k), alpha, A.at(o, i), static_cast<int>(A.ld),
+                                    B.at(o, i), static_cast<int>(B.ld), beta, C.at(o, i),
+                                    static_cast<int>(C.ld));
+        });
+    return;
+  }
+#endif
+  impl::gemm_batched_native(exec, ta, tb, alpha, A, B, beta, C, n_outer, n_inner);
+}
+
+}  // namespace kformer::backends

@@ -1,0 +1,305 @@
+// Multi-head self-attention with PyTorch's parameters and masks (nn.MultiheadAttention,
+// batch_first).
+//
+//   qkv = x W_in^T + b_in                        x: (B, S, d), W_in: (3d, d) packed q, k, v
+//   head h (dh = d/H): Q_h, K_h, V_h = columns [h dh, (h+1) dh) of the q, k, v blocks
+//   A_h = Q_h K_h^T / sqrt(dh) + attn_mask       attn_mask: (S, S) additive, optional
+//   A_h[i, j] = -inf where key_padding_mask[b, j] (true = ignore), optional
+//   P_h = softmax_j(A_h),  P~_h = dropout(P_h),  O_h = P~_h V_h
+//   y = concat_h(O_h) W_out^T + b_out
+//
+// A query whose keys are all masked attends to nothing: its row of P is zero (PyTorch returns NaN
+// there), so its output is b_out and no gradient flows through it.
+//
+// backward, with dO = dy W_out (per head), dP~ = dO V^T:
+//   dV = P~^T dO,  dP = dP~ * (dropout mask)/(1-p),  dA = P * (dP - rowsum(dP * P)) / sqrt(dh)
+//   dQ = dA K,  dK = dA^T Q,  then through the input projection.
+//
+// The per-(batch, head) products are batched GEMMs reading Q, K, V in place in the packed qkv
+// buffer. Memory held for backward: qkv (3 B S d), the head outputs (B S d), and the probabilities
+// P (and P~ with dropout): B H S^2 each, the term that grows with the square of the sequence.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <Kokkos_Core.hpp>
+
+#include "../backends/batched_gemm.hpp"
+#include "../core/compat.hpp"
+#include "../core/error.hpp"
+#include "../core/random.hpp"
+#include "../core/run_context.hpp"
+#include "../core/tensor.hpp"
+#include "../core/workspace.hpp"
+#include "linear.hpp"
+
+namespace kformer {
+
+struct MultiHeadAttentionOptions {
+  int heads = 8;
+  double dropout = 0.0;  // on the attention probabilities
+  std::uint64_t seed = 0;
+};
+
+template <class T, class ExecutionSpace>
+class MultiHeadAttention {
+ public:
+  using memory_space = typename ExecutionSpace::memory_space;
+  using Tensor3 = kformer::Tensor3<T, memory_space>;
+  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Mask = Kokkos::View<const bool**, Kokkos::LayoutRight, memory_space>;
+  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
+
+  MultiHeadAttention() = default;
+  MultiHeadAttention(const ExecutionSpace& exec, int d_model,
+                     const MultiHeadAttentionOptions& options = {},
+                     std::string name = "kformer::MultiHeadAttention")
+      : name_(std::move(name)),
+        d_(d_model),
+        heads_(options.heads),
+        dropout_(options.dropout),
+        seed_(derive_seed(options.seed, "attention_dropout")) {
+    if (d_model < 1) fail(name_, "d_model must be at least 1, got ", d_model);
+    if (heads_ < 1 || d_model % heads_ != 0)
+      fail(name_, "heads (", heads_, ") must divide d_model (", d_model, ")");
+    if (!(dropout_ >= 0.0 && dropout_ < 1.0))
+      fail(name_, "dropout must be in [0, 1), got ", dropout_);
+    in_proj_ =
+        Linear<T, ExecutionSpace>(exec, d_model, 3 * d_model,
+                                  {true, derive_seed(options.seed, "in_proj")}, name_ + ".in_proj");
+    out_proj_ = Linear<T, ExecutionSpace>(
+        exec, d_model, d_model, {true, derive_seed(options.seed, "out_proj")}, name_ + ".out_proj");
+    // PyTorch initialises the packed projection with xavier_uniform and zero biases.
+    const double bound = std::sqrt(6.0 / (d_model + 3.0 * d_model));
+    fill_uniform(exec, in_proj_.weight().value, -bound, bound,
+                 derive_seed(options.seed, "in_proj_weight"));
+    Kokkos::deep_copy(exec, in_proj_.bias().value, T(0));
+    Kokkos::deep_copy(exec, out_proj_.bias().value, T(0));
+  }
+
+  int d_model() const { return d_; }
+  int heads() const { return heads_; }
+  Linear<T, ExecutionSpace>& in_proj() { return in_proj_; }
+  Linear<T, ExecutionSpace>& out_proj() { return out_proj_; }
+
+  // PyTorch names: in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias.
+  template <class F>
+  void visit_parameters(F&& f) {
+    in_proj_.visit_parameters([&](const std::string& n, auto& p) { f("in_proj_" + n, p); });
+    out_proj_.visit_parameters([&](const std::string& n, auto& p) { f("out_proj." + n, p); });
+  }
+  void zero_grad(const ExecutionSpace& exec) {
+    in_proj_.zero_grad(exec);
+    out_proj_.zero_grad(exec);
+  }
+
+  // Bytes held between forward and backward for a (batch, seq) input.
+  std::int64_t saved_bytes(std::int64_t batch, std::int64_t seq) const {
+    const std::int64_t probs = batch * heads_ * seq * seq * (dropout_ > 0 ? 2 : 1);
+    return (batch * seq * 4 * d_ + probs) * std::int64_t(sizeof(T));
+  }
+
+  // y = MHA(x).   x, y: (B, S, d); key_padding_mask: (B, S) or empty; attn_mask: (S, S) or empty.
+  void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
+               const Tensor3& y, const Mask& key_padding_mask = {},
+               const ConstMatrix& attn_mask = {}) {
+    const std::string where = name_ + "::forward";
+    check_shape(where, "x", x, {-1, -1, d_});
+    check_shape(where, "y", y, extents_of(x));
+    const int batch = x.extent(0), seq = x.extent(1);
+    if (key_padding_mask.data() != nullptr)
+      check_shape(where, "key_padding_mask", key_padding_mask, {batch, seq});
+    if (attn_mask.data() != nullptr) check_shape(where, "attn_mask", attn_mask, {seq, seq});
+    check_distinct(where, "x", x, "y", y);
+    batch_ = batch;
+    seq_ = seq;
+    const std::int64_t n = std::int64_t(batch) * seq;
+    const int d = d_, h = heads_, dh = d_ / heads_;
+    dropout_active_ = ctx.training && dropout_ > 0.0;
+
+    const auto qkv = qkv_.view(n, 3 * d);
+    const auto probs = probs_.view(batch, h, seq, seq);
+    const auto dropped = dropout_active_ ? dropped_.view(batch, h, seq, seq) : probs;
+    const auto context = context_.view(n, d);
+    in_proj_.forward(exec, as_matrix(x), qkv);
+
+    // Scores: A[b, h] = Q K^T / sqrt(dh), written into probs.
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
+    backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::T, scale,
+                                              head_view(qkv.data(), 0), head_view(qkv.data(), d),
+                                              T(0), score_view(probs.data()), batch, h);
+    softmax_forward(exec, probs, dropped, key_padding_mask, attn_mask, ctx.step);
+    // O_h = P~ V_h, written into the head's columns of context.
+    backends::gemm_batched<ExecutionSpace, T>(
+        exec, backends::Op::N, backends::Op::N, T(1), score_view(dropped.data()),
+        head_view(qkv.data(), 2 * d), T(0), context_head_view(context.data()), batch, h);
+    out_proj_.forward(exec, context, as_matrix(y));
+  }
+
+  // dx (+)= d MHA / dx, parameter gradients accumulate.   x: the forward's input; dy, dx: (B, S, d)
+  void backward(const ExecutionSpace& exec, const ConstTensor3& x, const ConstTensor3& dy,
+                const Tensor3& dx, bool accumulate_dx = false) {
+    const std::string where = name_ + "::backward";
+    check_shape(where, "x", x, {batch_, seq_, d_});
+    check_shape(where, "dy", dy, extents_of(x));
+    if (dx.data() != nullptr) check_shape(where, "dx", dx, extents_of(x));
+    const int batch = batch_, seq = seq_, d = d_, h = heads_;
+    const std::int64_t n = std::int64_t(batch) * seq;
+    const auto qkv = qkv_.view(n, 3 * d);
+    const auto probs = probs_.view(batch, h, seq, seq);
+    const auto dropped = dropout_active_ ? dropped_.view(batch, h, seq, seq) : probs;
+    const auto context = context_.view(n, d);
+    const auto d_context = d_context_.view(n, d);
+    const auto d_probs = d_probs_.view(batch, h, seq, seq);
+    const auto d_qkv = d_qkv_.view(n, 3 * d);
+
+    out_proj_.backward(exec, context, as_matrix(dy), d_context);
+    // dP~ = dO V^T and dV = P~^T dO.
+    backends::gemm_batched<ExecutionSpace, T>(
+        exec, backends::Op::N, backends::Op::T, T(1), context_head_view(d_context.data()),
+        head_view(qkv.data(), 2 * d), T(0), score_view(d_probs.data()), batch, h);
+    backends::gemm_batched<ExecutionSpace, T>(
+        exec, backends::Op::T, backends::Op::N, T(1), score_view(dropped.data()),
+        context_head_view(d_context.data()), T(0), head_view(d_qkv.data(), 2 * d), batch, h);
+    softmax_backward(exec, probs, dropped, d_probs);
+    // dQ = dA K and dK = dA^T Q (dA already carries the 1/sqrt(dh) scale).
+    backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::N, T(1),
+                                              score_view(d_probs.data()), head_view(qkv.data(), d),
+                                              T(0), head_view(d_qkv.data(), 0), batch, h);
+    backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::T, backends::Op::N, T(1),
+                                              score_view(d_probs.data()), head_view(qkv.data(), 0),
+                                              T(0), head_view(d_qkv.data(), d), batch, h);
+    in_proj_.backward(exec, as_matrix(x), d_qkv,
+                      dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), accumulate_dx);
+  }
+
+  // The attention probabilities P of the last forward, (B, H, S, S), for inspection.
+  kformer::Tensor4<T, memory_space> probabilities() {
+    return probs_.view(batch_, heads_, seq_, seq_);
+  }
+
+ private:
+  // Head h's (S, dh) block of q (offset 0), k (d) or v (2d) for every batch element, in place in
+  // the packed (B*S, 3d) buffer.
+  backends::StridedMatrices<T> head_view(T* qkv, int offset) const {
+    const int dh = d_ / heads_;
+    return {qkv + offset, seq_, dh, 3 * d_, std::int64_t(seq_) * 3 * d_, dh};
+  }
+  // Head h's (S, dh) columns of a (B*S, d) matrix.
+  backends::StridedMatrices<T> context_head_view(T* m) const {
+    const int dh = d_ / heads_;
+    return {m, seq_, dh, d_, std::int64_t(seq_) * d_, dh};
+  }
+  // The (S, S) matrix of (b, h) in a (B, H, S, S) buffer.
+  backends::StridedMatrices<T> score_view(T* s) const {
+    const std::int64_t square = std::int64_t(seq_) * seq_;
+    return {s, seq_, seq_, seq_, heads_ * square, square};
+  }
+
+  // probs <- softmax(probs + attn_mask, masked keys excluded); dropped <- dropout(probs).
+  void softmax_forward(const ExecutionSpace& exec, const Tensor4<T, memory_space>& probs,
+                       const Tensor4<T, memory_space>& dropped, const Mask& key_padding_mask,
+                       const ConstMatrix& attn_mask, std::uint64_t step) const {
+    const int batch = batch_, h = heads_, seq = seq_;
+    const bool has_kpm = key_padding_mask.data() != nullptr, has_mask = attn_mask.data() != nullptr;
+    const bool drop = dropout_active_;
+    const double p = dropout_;
+    const T keep_scale = static_cast<T>(drop ? 1.0 / (1.0 - p) : 1.0);
+    const Philox4x32 rng(seed_);
+    const std::uint32_t stream = static_cast<std::uint32_t>(step);
+    const std::int64_t rows = std::int64_t(batch) * h * seq;
+    Kokkos::parallel_for(
+        "kformer::attention::softmax_fwd",
+        Kokkos::TeamPolicy<ExecutionSpace>(exec, rows, Kokkos::AUTO),
+        KOKKOS_LAMBDA(const member_type& team) {
+          const std::int64_t row = team.league_rank();
+          const int b = static_cast<int>(row / (std::int64_t(h) * seq));
+          const int i = static_cast<int>(row % seq);
+          T* const a = probs.data() + row * seq;
+          T* const out = dropped.data() + row * seq;
+          const auto masked = [=](const int j) { return has_kpm && key_padding_mask(b, j); };
+          const auto score = [=](const int j) { return has_mask ? a[j] + attn_mask(i, j) : a[j]; };
+          // No unmasked finite score leaves the maximum at Max's identity, the lowest finite T.
+          const T lowest = Kokkos::reduction_identity<T>::max();
+          T max_score = lowest;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, seq),
+              [=](const int j, T& m) {
+                const T s = score(j);
+                if (!masked(j) && s > m) m = s;
+              },
+              Kokkos::Max<T>(max_score));
+          const bool none = !(max_score > lowest);
+          T sum = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, seq),
+              [=](const int j, T& s) {
+                s += none || masked(j) ? T(0) : compat::math::exp(score(j) - max_score);
+              },
+              sum);
+          team.team_barrier();  // all reads of the scores are done
+          const T inv = none ? T(0) : T(1) / sum;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [=](const int j) {
+            const T pj = none || masked(j) ? T(0) : compat::math::exp(score(j) - max_score) * inv;
+            a[j] = pj;
+            if (drop) {
+              const std::uint64_t element = static_cast<std::uint64_t>(row) * seq + j;
+              out[j] = uniform01(rng.bits(element, stream)) >= p ? pj * keep_scale : T(0);
+            }
+          });
+        });
+  }
+
+  // d_probs <- dA = P * (dP - rowsum(dP * P)) / sqrt(dh), with dP = dP~ * mask / (1 - p).
+  void softmax_backward(const ExecutionSpace& exec, const Tensor4<T, memory_space>& probs,
+                        const Tensor4<T, memory_space>& dropped,
+                        const Tensor4<T, memory_space>& d_probs) const {
+    const int seq = seq_;
+    const bool drop = dropout_active_;
+    const T keep_scale = static_cast<T>(drop ? 1.0 / (1.0 - dropout_) : 1.0);
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_)));
+    const std::int64_t rows = std::int64_t(batch_) * heads_ * seq;
+    Kokkos::parallel_for(
+        "kformer::attention::softmax_bwd",
+        Kokkos::TeamPolicy<ExecutionSpace>(exec, rows, Kokkos::AUTO),
+        KOKKOS_LAMBDA(const member_type& team) {
+          const std::int64_t row = team.league_rank();
+          const T* const pr = probs.data() + row * seq;
+          const T* const kept = dropped.data() + row * seq;
+          T* const g = d_probs.data() + row * seq;
+          // A dropped entry has P~ = 0; where P~ = 0 but P > 0 the entry was dropped (P = 0 gives
+          // a zero gradient either way).
+          const auto dp = [=](const int j) {
+            return drop ? (kept[j] != T(0) ? g[j] * keep_scale : T(0)) : g[j];
+          };
+          T dot = 0;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, seq), [=](const int j, T& s) { s += dp(j) * pr[j]; },
+              dot);
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
+                               [=](const int j) { g[j] = scale * pr[j] * (dp(j) - dot); });
+        });
+  }
+
+  std::string name_ = "kformer::MultiHeadAttention";
+  int d_ = 0, heads_ = 1;
+  double dropout_ = 0.0;
+  std::uint64_t seed_ = 0;
+  bool dropout_active_ = false;
+  int batch_ = 0, seq_ = 0;
+  Linear<T, ExecutionSpace> in_proj_, out_proj_;
+  GrowingBuffer<T, memory_space> qkv_{"kformer::MultiHeadAttention::qkv"};
+  GrowingBuffer<T, memory_space> probs_{"kformer::MultiHeadAttention::probs"};
+  GrowingBuffer<T, memory_space> dropped_{"kformer::MultiHeadAttention::dropped_probs"};
+  GrowingBuffer<T, memory_space> context_{"kformer::MultiHeadAttention::context"};
+  GrowingBuffer<T, memory_space> d_context_{"kformer::MultiHeadAttention::d_context"};
+  GrowingBuffer<T, memory_space> d_probs_{"kformer::MultiHeadAttention::d_probs"};
+  GrowingBuffer<T, memory_space> d_qkv_{"kformer::MultiHeadAttention::d_qkv"};
+};
+
+}  // namespace kformer

@@ -1,0 +1,203 @@
+// Batch normalisation over the feature axis with statistics over all N = batch*seq tokens, as TST
+// applies BatchNorm1d(d_model) to (batch, d_model, seq) (padded steps included).
+//
+// training:  mu_j = mean_n x[n,j],  var_j = mean_n (x[n,j] - mu_j)^2 (biased),  rstd =
+// 1/sqrt(var+eps)
+//            y = (x - mu) rstd gamma + beta
+//            running_mean = (1 - m) running_mean + m mu
+//            running_var  = (1 - m) running_var + m var N/(N-1)   (unbiased),  num_batches_tracked
+//            += 1
+// eval:      y = (x - running_mean) / sqrt(running_var + eps) gamma + beta
+// backward (training, xhat = (x - mu) rstd):
+//            dx = gamma rstd / N (N dy - sum_n dy - xhat sum_n(dy xhat))
+// backward (eval):  dx = dy gamma / sqrt(running_var + eps)
+//            dgamma += sum_n dy xhat,  dbeta += sum_n dy
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <Kokkos_Core.hpp>
+
+#include "../backends/reduce.hpp"
+#include "../core/compat.hpp"
+#include "../core/error.hpp"
+#include "../core/param.hpp"
+#include "../core/run_context.hpp"
+#include "../core/tensor.hpp"
+#include "../core/workspace.hpp"
+
+namespace kformer {
+
+template <class T, class ExecutionSpace>
+class BatchNorm {
+ public:
+  using memory_space = typename ExecutionSpace::memory_space;
+  using Matrix = Tensor2<T, memory_space>;
+  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Vector = Tensor1<T, memory_space>;
+
+  BatchNorm() = default;
+  BatchNorm(const ExecutionSpace& exec, int dim, double eps = 1e-5, double momentum = 0.1,
+            std::string name = "kformer::BatchNorm")
+      : name_(std::move(name)), dim_(dim), eps_(eps), momentum_(momentum) {
+    if (dim < 1) fail(name_, "dim must be at least 1, got ", dim);
+    weight_ = Param<T, memory_space>("weight", {dim});
+    bias_ = Param<T, memory_space>("bias", {dim});
+    Kokkos::deep_copy(exec, weight_.value, T(1));
+    running_mean_ = Vector("kformer::BatchNorm::running_mean", dim);
+    running_var_ = Vector("kformer::BatchNorm::running_var", dim);
+    Kokkos::deep_copy(exec, running_var_, T(1));
+    mean_ = Vector("kformer::BatchNorm::mean", dim);
+    rstd_ = Vector("kformer::BatchNorm::rstd", dim);
+    sum_dy_ = Vector("kformer::BatchNorm::sum_dy", dim);
+    sum_dy_xhat_ = Vector("kformer::BatchNorm::sum_dy_xhat", dim);
+  }
+
+  int dim() const { return dim_; }
+  Param<T, memory_space>& weight() { return weight_; }
+  Param<T, memory_space>& bias() { return bias_; }
+  Vector running_mean() const { return running_mean_; }
+  Vector running_var() const { return running_var_; }
+  std::int64_t num_batches_tracked() const { return num_batches_tracked_; }
+  void set_num_batches_tracked(std::int64_t n) { num_batches_tracked_ = n; }
+
+  template <class F>
+  void visit_parameters(F&& f) {
+    f(std::string("weight"), weight_);
+    f(std::string("bias"), bias_);
+  }
+  // Non-trainable state, by state_dict name (num_batches_tracked is a host counter).
+  template <class F>
+  void visit_buffers(F&& f) {
+    f(std::string("running_mean"), running_mean_);
+    f(std::string("running_var"), running_var_);
+  }
+  void zero_grad(const ExecutionSpace& exec) {
+    Kokkos::deep_copy(exec, weight_.grad, T(0));
+    Kokkos::deep_copy(exec, bias_.grad, T(0));
+  }
+
+  // y = BatchNorm(x) with batch statistics (training) or running statistics (eval).
+  //   x, y: (N, dim); y may be x.
+  void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
+               const Matrix& y) {
+    const std::string where = name_ + "::forward";
+    check_shape(where, "x", x, {-1, dim_});
+    check_shape(where, "y", y, extents_of(x));
+    const std::int64_t n = x.extent(0);
+    training_ = ctx.training;
+    if (training_ && n < 2)
+      fail(where, "training needs more than one value per channel, got x of shape ", shape_of(x));
+    const Vector mean = mean_, rstd = rstd_, running_mean = running_mean_,
+                 running_var = running_var_;
+    const T eps = static_cast<T>(eps_);
+    if (training_) {
+      backends::column_reduce(
+          exec, n, dim_, KOKKOS_LAMBDA(const std::int64_t i, const int j) { return x(i, j); }, mean,
+          false, partial_);
+      const T inv_n = T(1) / static_cast<T>(n);
+      Kokkos::parallel_for(
+          "kformer::batch_norm::mean", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_),
+          KOKKOS_LAMBDA(const int j) { mean(j) *= inv_n; });
+      backends::column_reduce(
+          exec, n, dim_,
+          KOKKOS_LAMBDA(const std::int64_t i, const int j) {
+            return (x(i, j) - mean(j)) * (x(i, j) - mean(j));
+          },
+          rstd, false, partial_);
+      const T m = static_cast<T>(momentum_);
+      const T unbiased = static_cast<T>(n) / static_cast<T>(n - 1);
+      Kokkos::parallel_for(
+          "kformer::batch_norm::statistics", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_),
+          KOKKOS_LAMBDA(const int j) {
+            const T var = rstd(j) * inv_n;
+            rstd(j) = T(1) / compat::math::sqrt(var + eps);
+            running_mean(j) = (T(1) - m) * running_mean(j) + m * mean(j);
+            running_var(j) = (T(1) - m) * running_var(j) + m * var * unbiased;
+          });
+      ++num_batches_tracked_;
+    } else {
+      Kokkos::parallel_for(
+          "kformer::batch_norm::running_statistics",
+          Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_), KOKKOS_LAMBDA(const int j) {
+            mean(j) = running_mean(j);
+            rstd(j) = T(1) / compat::math::sqrt(running_var(j) + eps);
+          });
+    }
+    const int d = dim_;
+    const T* const gamma = weight_.value.data();
+    const T* const beta = bias_.value.data();
+    const T* const in = x.data();
+    T* const out = y.data();
+    Kokkos::parallel_for(
+        "kformer::batch_norm::normalize",
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n * d),
+        KOKKOS_LAMBDA(const std::int64_t k) {
+          const int j = static_cast<int>(k % d);
+          out[k] = (in[k] - mean(j)) * rstd(j) * gamma[j] + beta[j];
+        });
+  }
+
+  // dx (+)= d BatchNorm / dx for the last forward's mode; dgamma, dbeta accumulate.
+  //   x: the forward's input, dy: (N, dim), dx: (N, dim) or empty; dx may be dy.
+  void backward(const ExecutionSpace& exec, const ConstMatrix& x, const ConstMatrix& dy,
+                const Matrix& dx, bool accumulate_dx = false) {
+    const std::string where = name_ + "::backward";
+    check_shape(where, "x", x, {-1, dim_});
+    check_shape(where, "dy", dy, extents_of(x));
+    if (dx.data() != nullptr) check_shape(where, "dx", dx, extents_of(x));
+    const std::int64_t n = x.extent(0);
+    const Vector mean = mean_, rstd = rstd_, sum_dy = sum_dy_, sum_dy_xhat = sum_dy_xhat_;
+    backends::column_reduce(
+        exec, n, dim_, KOKKOS_LAMBDA(const std::int64_t i, const int j) { return dy(i, j); },
+        sum_dy, false, partial_);
+    backends::column_reduce(
+        exec, n, dim_,
+        KOKKOS_LAMBDA(const std::int64_t i, const int j) {
+          return dy(i, j) * (x(i, j) - mean(j)) * rstd(j);
+        },
+        sum_dy_xhat, false, partial_);
+    const Vector dgamma = weight_.grad, dbeta = bias_.grad;
+    Kokkos::parallel_for(
+        "kformer::batch_norm::parameter_grads", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_),
+        KOKKOS_LAMBDA(const int j) {
+          dgamma(j) += sum_dy_xhat(j);
+          dbeta(j) += sum_dy(j);
+        });
+    if (dx.data() == nullptr) return;
+
+    const int d = dim_;
+    const bool training = training_;
+    const T inv_n = T(1) / static_cast<T>(n);
+    const T* const gamma = weight_.value.data();
+    const T* const in = x.data();
+    const T* const g = dy.data();
+    T* const out = dx.data();
+    Kokkos::parallel_for(
+        "kformer::batch_norm::backward",
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n * d),
+        KOKKOS_LAMBDA(const std::int64_t k) {
+          const int j = static_cast<int>(k % d);
+          const T scale = gamma[j] * rstd(j);
+          const T v = training ? scale * (g[k] - inv_n * sum_dy(j) -
+                                          (in[k] - mean(j)) * rstd(j) * inv_n * sum_dy_xhat(j))
+                               : scale * g[k];
+          out[k] = accumulate_dx ? out[k] + v : v;
+        });
+  }
+
+ private:
+  std::string name_ = "kformer::BatchNorm";
+  int dim_ = 0;
+  double eps_ = 1e-5, momentum_ = 0.1;
+  bool training_ = false;
+  std::int64_t num_batches_tracked_ = 0;
+  Param<T, memory_space> weight_, bias_;
+  Vector running_mean_, running_var_;
+  Vector mean_, rstd_;  // of the last forward: batch statistics, or the running ones in eval
+  Vector sum_dy_, sum_dy_xhat_;
+  GrowingBuffer<T, memory_space> partial_{"kformer::BatchNorm::partial"};
+};
+
+}  // namespace kformer

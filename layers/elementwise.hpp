@@ -1,0 +1,61 @@
+// Small elementwise kernels shared by the composite layers (residual connections).
+#pragma once
+
+#include <cstdint>
+
+#include <Kokkos_Core.hpp>
+
+#include "../core/error.hpp"
+
+namespace kformer {
+
+// out = a + b over contiguous views of equal size (out may be a or b).
+template <class ExecutionSpace, class A, class B, class Out>
+void add(const ExecutionSpace& exec, const A& a, const B& b, const Out& out) {
+  using T = typename Out::non_const_value_type;
+  if (a.size() != out.size() || b.size() != out.size())
+    fail("kformer::add", "sizes differ: ", shape_of(a), ", ", shape_of(b), ", ", shape_of(out));
+  const T* const pa = a.data();
+  const T* const pb = b.data();
+  T* const po = out.data();
+  Kokkos::parallel_for(
+      "kformer::add",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+          exec, 0, std::int64_t(out.size())),
+      KOKKOS_LAMBDA(const std::int64_t i) { po[i] = pa[i] + pb[i]; });
+}
+
+// out = in over contiguous views of equal size.
+template <class ExecutionSpace, class In, class Out>
+void copy(const ExecutionSpace& exec, const In& in, const Out& out) {
+  using T = typename Out::non_const_value_type;
+  if (in.size() != out.size())
+    fail("kformer::copy", "sizes differ: ", shape_of(in), ", ", shape_of(out));
+  const T* const pi = in.data();
+  T* const po = out.data();
+  if (pi == po) return;
+  Kokkos::parallel_for(
+      "kformer::copy",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+          exec, 0, std::int64_t(out.size())),
+      KOKKOS_LAMBDA(const std::int64_t i) { po[i] = pi[i]; });
+}
+
+// m[i, :] = row for every row of a (rows, cols) matrix (a bias broadcast before a GEMM with beta
+// 1).
+template <class ExecutionSpace, class Row, class Matrix>
+void fill_rows(const ExecutionSpace& exec, const Row& row, const Matrix& m) {
+  using T = typename Matrix::non_const_value_type;
+  const int cols = static_cast<int>(m.extent(1));
+  if (row.size() != m.extent(1))
+    fail("kformer::fill_rows", "row has shape ", shape_of(row), ", matrix has shape ", shape_of(m));
+  T* const out = m.data();
+  const T* const r = row.data();
+  Kokkos::parallel_for(
+      "kformer::fill_rows",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+          exec, 0, std::int64_t(m.extent(0)) * cols),
+      KOKKOS_LAMBDA(const std::int64_t i) { out[i] = r[i % cols]; });
+}
+
+}  // namespace kformer
