@@ -30,6 +30,7 @@
 #include "../backends/batched_gemm.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
+#include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
@@ -108,6 +109,7 @@ class MultiHeadAttention {
                const Tensor3& y, const Mask& key_padding_mask = {},
                const ConstMatrix& attn_mask = {}) {
     const std::string where = name_ + "::forward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, d_});
     check_shape(where, "y", y, extents_of(x));
     const int batch = x.extent(0), seq = x.extent(1);
@@ -144,6 +146,7 @@ class MultiHeadAttention {
   void backward(const ExecutionSpace& exec, const ConstTensor3& x, const ConstTensor3& dy,
                 const Tensor3& dx, bool accumulate_dx = false) {
     const std::string where = name_ + "::backward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {batch_, seq_, d_});
     check_shape(where, "dy", dy, extents_of(x));
     if (dx.data() != nullptr) check_shape(where, "dx", dx, extents_of(x));

@@ -23,6 +23,7 @@
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
 #include "../core/param.hpp"
+#include "../core/profiling.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
@@ -83,6 +84,7 @@ class BatchNorm {
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
                const Matrix& y) {
     const std::string where = name_ + "::forward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "y", y, extents_of(x));
     const std::int64_t n = x.extent(0);
@@ -144,6 +146,7 @@ class BatchNorm {
   void backward(const ExecutionSpace& exec, const ConstMatrix& x, const ConstMatrix& dy,
                 const Matrix& dx, bool accumulate_dx = false) {
     const std::string where = name_ + "::backward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "dy", dy, extents_of(x));
     if (dx.data() != nullptr) check_shape(where, "dx", dx, extents_of(x));

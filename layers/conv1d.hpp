@@ -23,6 +23,7 @@
 #include "../backends/reduce.hpp"
 #include "../core/error.hpp"
 #include "../core/param.hpp"
+#include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
@@ -89,6 +90,7 @@ class Conv1dProjection {
   // y = conv(x).   x: (B, S, in), y: (B, output_length(S), out)
   void forward(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& y) {
     const std::string where = name_ + "::forward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, in_});
     const int seq = x.extent(1);
     check_shape(where, "y", y, {std::int64_t(x.extent(0)), output_length(seq), out_});
@@ -102,6 +104,7 @@ class Conv1dProjection {
   void backward(const ExecutionSpace& exec, const ConstTensor3& x, const ConstTensor3& dy,
                 const Tensor3& dx) {
     const std::string where = name_ + "::backward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, in_});
     check_shape(where, "dy", dy, {std::int64_t(x.extent(0)), output_length(x.extent(1)), out_});
     if (dx.data() != nullptr) check_shape(where, "dx", dx, extents_of(x));

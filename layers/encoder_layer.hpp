@@ -17,6 +17,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../core/error.hpp"
+#include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
@@ -93,6 +94,7 @@ class TransformerEncoderLayer {
                const Tensor3& y, const Mask& key_padding_mask = {},
                const ConstMatrix& attn_mask = {}) {
     const std::string where = name_ + "::forward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, options_.d_model});
     check_shape(where, "y", y, extents_of(x));
     check_distinct(where, "x", x, "y", y);
@@ -131,6 +133,7 @@ class TransformerEncoderLayer {
   void backward(const ExecutionSpace& exec, const ConstTensor3& x, const ConstTensor3& dy,
                 const Tensor3& dx) {
     const std::string where = name_ + "::backward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, options_.d_model});
     check_shape(where, "dy", dy, extents_of(x));
     check_shape(where, "dx", dx, extents_of(x));

@@ -12,6 +12,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../core/error.hpp"
+#include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
@@ -63,6 +64,7 @@ class FeedForward {
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
                const Matrix& y) {
     const std::string where = name_ + "::forward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, d_});
     check_shape(where, "y", y, extents_of(x));
     const std::int64_t n = x.extent(0);
@@ -78,6 +80,7 @@ class FeedForward {
   void backward(const ExecutionSpace& exec, const ConstMatrix& x, const ConstMatrix& dy,
                 const Matrix& dx, bool accumulate_dx = false) {
     const std::string where = name_ + "::backward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, d_});
     check_shape(where, "dy", dy, extents_of(x));
     const std::int64_t n = x.extent(0);

@@ -18,6 +18,7 @@
 #include "../backends/reduce.hpp"
 #include "../core/error.hpp"
 #include "../core/param.hpp"
+#include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
@@ -75,6 +76,7 @@ class Linear {
   // y = x W^T + b.   x: (N, in), y: (N, out)
   void forward(const ExecutionSpace& exec, const ConstMatrix& x, const Matrix& y) const {
     const std::string where = name_ + "::forward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, in_});
     check_shape(where, "y", y, {std::int64_t(x.extent(0)), out_});
     if (has_bias_) {
@@ -90,6 +92,7 @@ class Linear {
   void backward(const ExecutionSpace& exec, const ConstMatrix& x, const ConstMatrix& dy,
                 const Matrix& dx, bool accumulate_dx = false) {
     const std::string where = name_ + "::backward";
+    const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, in_});
     check_shape(where, "dy", dy, {std::int64_t(x.extent(0)), out_});
     if (dx.data() != nullptr) check_shape(where, "dx", dx, extents_of(x));

@@ -2,7 +2,8 @@
 // in the same run (a copy kernel for bandwidth, a large sgemm for compute), printed as a table
 // and written as JSON.
 //
-//   kformer-bench [--filter SUBSTRING] [--backend NAME] [--repeat N] [--json FILE] [--list]
+//   kformer-bench [--filter PREFIX] [--backend NAME] [--repeat N] [--json FILE] [--list]
+//   [--profile]
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,8 @@
 #include <kformer/core/file_io.hpp>
 #include <kformer/kformer.hpp>
 
+#include "kernel_profile.hpp"
+
 namespace {
 
 struct Options {
@@ -24,6 +27,7 @@ struct Options {
   int repeat = 20;
   std::string json;
   bool list = false;
+  bool profile = false;  // time per layer region and per kernel label (Kokkos Tools callbacks)
 };
 
 // One benchmark case: what it moves and computes, and how to run it once.
@@ -167,6 +171,39 @@ std::vector<Case> encoding_cases(const Space& space) {
   return cases;
 }
 
+// A TST-style encoder stack (BatchNorm, GELU, post-norm, dropout 0.1) at a (batch, seq) shape:
+// forward in eval mode, and a training step (forward + backward in training mode).
+template <class Space>
+std::vector<Case> encoder_cases(const Space& space, const std::string& tag, int batch, int seq,
+                                int d, int heads, int ff, int layers) {
+  kformer::EncoderLayerOptions o;
+  o.d_model = d;
+  o.heads = heads;
+  o.dim_feedforward = ff;
+  auto encoder = std::make_shared<kformer::TransformerEncoder<float, Space>>(space, layers, o);
+  Tensor3<float, Space> x("x", batch, seq, d), y("y", batch, seq, d), dy("dy", batch, seq, d),
+      dx("dx", batch, seq, d);
+  Kokkos::deep_copy(x, 0.5f);
+  Kokkos::deep_copy(dy, 0.01f);
+  const double n = double(batch) * seq;
+  const double forward_flops = layers * (2 * n * d * 3 * d + 4.0 * batch * seq * double(seq) * d +
+                                         2 * n * d * d + 4 * n * d * ff);
+  const std::string shape = "(" + std::to_string(batch) + ", " + std::to_string(seq) + ", " +
+                            std::to_string(d) + ") h" + std::to_string(heads) + " ff" +
+                            std::to_string(ff) + " L" + std::to_string(layers);
+  auto step = std::make_shared<std::uint64_t>(0);
+  std::vector<Case> cases;
+  cases.push_back({"encoder." + tag + ".forward", shape, 0, forward_flops, "limit.sgemm", [=]() {
+                     encoder->forward(space, kformer::RunContext{false, 0}, x, y);
+                   }});
+  cases.push_back(
+      {"encoder." + tag + ".train_step", shape, 0, 3 * forward_flops, "limit.sgemm", [=]() {
+         encoder->forward(space, kformer::RunContext{true, ++*step}, x, y);
+         encoder->backward(space, x, dy, dx);
+       }});
+  return cases;
+}
+
 bool selected(const Options& o, const std::string& name) {
   return o.filter.empty() || name.find(o.filter) != std::string::npos ||
          name.rfind("limit.", 0) == 0;
@@ -179,8 +216,19 @@ void run_backend(const Space& space, const Options& o, nlohmann::json& results) 
   std::vector<Case> cases;
   cases.push_back(copy_case(space, std::int64_t(32) << 20, "limit.copy", "2 x 128 MiB float"));
   cases.push_back(sgemm_case(space, 1024));
-  for (auto& c : encoding_cases(space))
-    cases.push_back(std::move(c));
+  // Families are built (their buffers allocated) only when the filter can select them.
+  const auto wanted = [&](const std::string& family) {
+    return o.filter.empty() || o.filter.rfind(family, 0) == 0 || family.rfind(o.filter, 0) == 0;
+  };
+  const auto append = [&](std::vector<Case> more) {
+    for (auto& c : more)
+      cases.push_back(std::move(c));
+  };
+  if (wanted("encoding")) append(encoding_cases(space));
+  if (wanted("encoder.tst_default"))
+    append(encoder_cases(space, "tst_default", 32, 64, 64, 8, 256, 3));
+  if (wanted("encoder.tst_large"))
+    append(encoder_cases(space, "tst_large", 64, 128, 128, 8, 256, 3));
   const auto find = [&](const std::string& name) -> const Case* {
     for (const auto& c : cases)
       if (c.name == name) return &c;
@@ -196,7 +244,12 @@ void run_backend(const Space& space, const Options& o, nlohmann::json& results) 
       continue;
     }
     const Case* baseline = c.baseline.empty() ? nullptr : find(c.baseline);
-    const auto [t, tb] = time_case(space, c, baseline, o.repeat);
+    if (o.profile) kformer::bench::KernelProfile::reset();
+    const auto [t, tb] = time_case(space, c, o.profile ? nullptr : baseline, o.repeat);
+    if (o.profile) {
+      kformer::bench::KernelProfile::print(t.median * (o.repeat + 2));
+      continue;
+    }
     const double gbs = c.bytes / t.median * 1e-9, gflops = c.flops / t.median * 1e-9;
     const double ratio = baseline ? c.rate(t.median) / baseline->rate(tb.median) : 0.0;
     std::printf("%-30s %-22s %10.3f %10.2f %10.2f %12s\n", c.name.c_str(), c.shape.c_str(),
@@ -244,6 +297,8 @@ int main(int argc, char* argv[]) {
       o.json = value();
     else if (a == "--list")
       o.list = true;
+    else if (a == "--profile")
+      o.profile = true;
     else if (a.rfind("--kokkos-", 0) == 0)
       continue;
     else {
@@ -251,6 +306,7 @@ int main(int argc, char* argv[]) {
       return 2;
     }
   }
+  if (o.profile) kformer::bench::KernelProfile::install();
   nlohmann::json results = nlohmann::json::array();
   try {
     kformer::backends::print_backends(std::cout);

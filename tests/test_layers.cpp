@@ -1,0 +1,188 @@
+// Layer behaviour beyond gradients: backends agree, runs repeat bit for bit, fully masked queries,
+// bad input, and allocation-free steady state.
+#include <catch2/catch.hpp>
+
+#include <Kokkos_Core.hpp>
+
+#include <kformer/kformer.hpp>
+
+#include "support/allocation_counter.hpp"
+#include "support/test_support.hpp"
+
+using namespace kformer;
+using namespace kformer::testing;
+
+namespace {
+
+template <class Space>
+using Mask = Kokkos::View<bool**, Kokkos::LayoutRight, typename Space::memory_space>;
+
+template <class Space>
+Mask<Space> padding_mask(int batch, int seq, const std::vector<int>& lengths) {
+  Mask<Space> m("kpm", batch, seq);
+  auto h = Kokkos::create_mirror_view(m);
+  for (int b = 0; b < batch; ++b)
+    for (int s = 0; s < seq; ++s)
+      h(b, s) = s >= lengths[b];
+  Kokkos::deep_copy(m, h);
+  return m;
+}
+
+EncoderLayerOptions small_options(NormType norm, bool norm_first) {
+  EncoderLayerOptions o;
+  o.d_model = 16;
+  o.heads = 4;
+  o.dim_feedforward = 24;
+  o.dropout = 0.1;
+  o.norm = norm;
+  o.norm_first = norm_first;
+  o.seed = 2024;
+  return o;
+}
+
+// One training step of a 2-layer stack: output, input gradient and every parameter gradient.
+template <class Space>
+std::vector<std::vector<double>> training_step(NormType norm, bool norm_first, std::uint64_t step) {
+  using M = typename Space::memory_space;
+  const int batch = 3, seq = 7, d = 16;
+  TransformerEncoder<float, Space> encoder(Space(), 2, small_options(norm, norm_first));
+  const auto x = device_from<float, Space>(random_values(batch * seq * d, 1), batch, seq, d);
+  const auto dy = device_from<float, Space>(random_values(batch * seq * d, 2), batch, seq, d);
+  Tensor3<float, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
+  const auto kpm = padding_mask<Space>(batch, seq, {7, 5, 3});
+  encoder.forward(Space(), RunContext{true, step}, x, y, kpm);
+  encoder.backward(Space(), x, dy, dx);
+  std::vector<std::vector<double>> out = {host_values(y), host_values(dx)};
+  encoder.visit_parameters(
+      [&](const std::string&, auto& p) { out.push_back(host_values(p.grad)); });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Backends agree on a training step within 1e-6, and runs repeat bit for bit",
+          "[layers][backends][determinism]") {
+  for (const NormType norm : {NormType::BatchNorm, NormType::LayerNorm}) {
+    for (const bool norm_first : {false, true}) {
+      CAPTURE(norm_name(norm), norm_first);
+      std::vector<std::vector<std::vector<double>>> per_backend;
+      std::vector<std::string> names;
+      backends::for_each_space([&](auto space) {
+        using Space = decltype(space);
+        const auto first = training_step<Space>(norm, norm_first, 7);
+        const auto again = training_step<Space>(norm, norm_first, 7);
+        const auto other_step = training_step<Space>(norm, norm_first, 8);
+        CAPTURE(backends::space_name<Space>());
+        for (std::size_t i = 0; i < first.size(); ++i)
+          CHECK(bitwise_equal(first[i], again[i]));
+        CHECK(!bitwise_equal(first[0], other_step[0]));  // another step draws other dropout masks
+        per_backend.push_back(first);
+        names.push_back(backends::space_name<Space>());
+      });
+      for (std::size_t b = 1; b < per_backend.size(); ++b) {
+        CAPTURE(names[0], names[b]);
+        for (std::size_t i = 0; i < per_backend[0].size(); ++i) {
+          CAPTURE(i);
+          CHECK(max_rel_diff(per_backend[b][i], per_backend[0][i], 1e-3) <= 1e-6);
+        }
+      }
+    }
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("A query whose keys are all masked attends to nothing",
+                        "[layers][attention]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  const int batch = 2, seq = 4, d = 8;
+  MultiHeadAttention<double, Space> mha(Space(), d, {2, 0.0, 5});
+  Kokkos::deep_copy(mha.out_proj().bias().value, 0.25);
+  // Batch element 1 has every key masked.
+  const auto kpm = padding_mask<Space>(batch, seq, {3, 0});
+  const auto x = device_from<double, Space>(random_values(batch * seq * d, 3), batch, seq, d);
+  Tensor3<double, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
+  mha.forward(Space(), RunContext{true, 0}, x, y, kpm);
+  const auto yh = host_values(y);
+  for (double v : yh)
+    REQUIRE(std::isfinite(v));
+  for (int i = seq * d; i < 2 * seq * d; ++i)
+    CHECK(yh[i] == 0.25);  // out_proj.bias only
+  const auto probs = host_values(mha.probabilities());
+  for (std::size_t i = probs.size() / 2; i < probs.size(); ++i)
+    CHECK(probs[i] == 0.0);
+  // No gradient reaches the fully masked element's inputs through attention scores or values;
+  // only the query projection path remains, and it is zero too because the query is unused.
+  const auto dy = device_from<double, Space>(random_values(batch * seq * d, 4), batch, seq, d);
+  mha.backward(Space(), x, dy, dx);
+  const auto dxh = host_values(dx);
+  for (double v : dxh)
+    REQUIRE(std::isfinite(v));
+  for (int i = seq * d; i < 2 * seq * d; ++i)
+    CHECK(dxh[i] == 0.0);
+}
+
+TEMPLATE_LIST_TEST_CASE("Layers reject bad input with both shapes named and change nothing",
+                        "[layers][errors]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  CHECK_THROWS_WITH((MultiHeadAttention<float, Space>(Space(), 10, {4, 0.0, 0})),
+                    Catch::Contains("kformer::MultiHeadAttention") &&
+                        Catch::Contains("heads (4) must divide d_model (10)"));
+  TransformerEncoder<float, Space> encoder(Space(), 2, small_options(NormType::BatchNorm, false));
+  Tensor3<float, M> x("x", 2, 5, 12), y("y", 2, 5, 16), x_ok("x_ok", 2, 5, 16);
+  Kokkos::deep_copy(y, 3.0f);
+  CHECK_THROWS_WITH(encoder.forward(Space(), RunContext{true, 0}, x, y),
+                    Catch::Contains("kformer::TransformerEncoder::forward") &&
+                        Catch::Contains("x has shape (2, 5, 12), expected (*, *, 16)"));
+  Mask<Space> wrong("wrong", 2, 4);
+  CHECK_THROWS_WITH(encoder.forward(Space(), RunContext{true, 0}, x_ok, y, wrong),
+                    Catch::Contains("self_attn::forward") &&
+                        Catch::Contains("key_padding_mask has shape (2, 4), expected (2, 5)"));
+  Tensor2<float, M> attn_mask("attn_mask", 4, 5);
+  CHECK_THROWS_WITH(encoder.forward(Space(), RunContext{true, 0}, x_ok, y, {}, attn_mask),
+                    Catch::Contains("attn_mask has shape (4, 5), expected (5, 5)"));
+  for (double v : host_values(y))
+    REQUIRE(v == 3.0);
+  // Nothing was updated: no BatchNorm statistics, no parameter gradients.
+  CHECK(encoder.layer(0).norm1().batch_norm().num_batches_tracked() == 0);
+  encoder.visit_parameters([](const std::string& name, auto& p) {
+    CAPTURE(name);
+    for (double g : host_values(p.grad))
+      REQUIRE(g == 0.0);
+  });
+  Linear<float, Space> linear(Space(), 4, 3);
+  Tensor2<float, M> in("in", 6, 5), out("out", 6, 3);
+  CHECK_THROWS_WITH(linear.forward(Space(), in, out),
+                    Catch::Contains("kformer::Linear::forward") &&
+                        Catch::Contains("x has shape (6, 5), expected (*, 4)"));
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "A steady-state training step allocates nothing; a larger shape reallocates once",
+    "[layers][allocations]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  for (const bool norm_first : {false, true}) {
+    TransformerEncoder<float, Space> encoder(Space(), 2,
+                                             small_options(NormType::BatchNorm, norm_first));
+    const auto step = [&](int batch, int seq, std::uint64_t s) {
+      Tensor3<float, M> x("x", batch, seq, 16), y("y", batch, seq, 16), dx("dx", batch, seq, 16);
+      const auto kpm = padding_mask<Space>(batch, seq, std::vector<int>(batch, seq));
+      Space().fence();
+      const AllocationCounter counter;  // the step itself, not its inputs
+      encoder.zero_grad(Space());
+      encoder.forward(Space(), RunContext{true, s}, x, y, kpm);
+      encoder.backward(Space(), x, y, dx);
+      Space().fence();
+      return counter.allocations();
+    };
+    CHECK(step(4, 10, 0) > 0);   // first step: buffers are sized
+    CHECK(step(4, 10, 1) == 0);  // steady state
+    CHECK(step(3, 8, 2) == 0);   // a smaller shape reuses the buffers
+    CHECK(step(4, 10, 3) == 0);
+    const auto grown = step(6, 12, 4);  // larger: the buffers that must grow reallocate
+    CHECK(grown > 0);
+    CHECK(step(6, 12, 5) == 0);
+    CHECK(step(5, 12, 6) == 0);
+  }
+}
