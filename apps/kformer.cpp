@@ -1,14 +1,19 @@
-// The kformer program.
+// The kformer program: the TST pipeline (masked pretraining, fine-tuning, evaluation,
+// representations) on time-series files, the encoding matrix, and the default demonstration.
 //
-//   kformer encode --dim D --len L [--csv F] [--png F]   the positional-encoding matrix
-//   kformer info                                         enabled backends and devices
-//
-// Without a subcommand it runs the default job on embedded defaults (for now: the encoding of a
-// 256-step, 64-dimension sequence, written as CSV and PNG under kformer-out/).
+//   kformer                      the default job on embedded generated data (see README)
+//   kformer pretrain  --data train.ts [--test test.ts] [model and training options]
+//   kformer finetune  --data train.ts [--pretrained DIR --change-output [--freeze]]
+//   kformer evaluate  --checkpoint DIR --data test.ts
+//   kformer embed     --checkpoint DIR --data file.ts --output embeddings.csv
+//   kformer predict   --checkpoint DIR --data file.ts --output predictions.csv [--masks masks.csv]
+//   kformer encode    --dim D --len L [--csv F] [--png F]
+//   kformer generate-data --output-dir DIR
+//   kformer info
 #include <CLI/CLI.hpp>
 
-#include <sys/stat.h>
-
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -17,9 +22,19 @@
 
 #include <kformer/core/file_io.hpp>
 #include <kformer/core/png.hpp>
+#include <kformer/data/csv_format.hpp>
+#include <kformer/data/lorenz96.hpp>
+#include <kformer/data/ts_format.hpp>
 #include <kformer/kformer.hpp>
 
+#include "tst_commands.hpp"
+
 namespace {
+
+using namespace kformer;
+using namespace kformer::app;
+
+// --- encode ----------------------------------------------------------------------------------
 
 struct EncodeOptions {
   int dim = 64;
@@ -28,34 +43,31 @@ struct EncodeOptions {
   long long first_position = 0;
   bool split = false;
   std::string precision = "float";
-  std::string backend = "default";
   std::string csv;
   std::string png;
 };
 
 template <class T, class Space>
 std::vector<double> encoding_on(const Space& space, const EncodeOptions& o) {
-  kformer::PositionalEncodingOptions opt;
+  PositionalEncodingOptions opt;
   opt.base = o.base;
   opt.first_position = o.first_position;
-  opt.layout =
-      o.split ? kformer::SinusoidLayout::SplitHalves : kformer::SinusoidLayout::Interleaved;
+  opt.layout = o.split ? SinusoidLayout::SplitHalves : SinusoidLayout::Interleaved;
   Kokkos::Timer timer;
-  const auto pe = kformer::positional_encoding<T>(space, o.dim, o.len, opt);
+  const auto pe = positional_encoding<T>(space, o.dim, o.len, opt);
   space.fence();
   const double seconds = timer.seconds();
-  const auto host = kformer::to_host(pe);
+  const auto host = to_host(pe);
   std::printf("encoding (%d positions x %d dims, %s, %s layout, base %g) on %s in %.3f ms\n", o.len,
               o.dim, o.precision.c_str(), o.split ? "split" : "interleaved", o.base,
-              kformer::backends::space_name<Space>().c_str(), seconds * 1e3);
+              backends::space_name<Space>().c_str(), seconds * 1e3);
   return std::vector<double>(host.data(), host.data() + host.size());
 }
 
-void run_encode(const EncodeOptions& o) {
-  std::vector<double> values;
-  kformer::backends::dispatch(o.backend, [&](auto space) {
-    values = o.precision == "double" ? encoding_on<double>(space, o) : encoding_on<float>(space, o);
-  });
+template <class Space>
+void run_encode(const Space& space, const EncodeOptions& o) {
+  const std::vector<double> values =
+      o.precision == "double" ? encoding_on<double>(space, o) : encoding_on<float>(space, o);
   std::printf("first rows:\n");
   for (int p = 0; p < std::min(o.len, 3); ++p) {
     std::printf("  p=%d:", p);
@@ -76,29 +88,448 @@ void run_encode(const EncodeOptions& o) {
         os << ',' << values[std::size_t(p) * o.dim + j];
       os << '\n';
     }
-    kformer::write_file_atomic(o.csv, os.str());
+    write_file_atomic(o.csv, os.str());
     std::printf("wrote %s\n", o.csv.c_str());
   }
   if (!o.png.empty()) {
     // One row of pixels per position, columns = dimensions; cells enlarged for small matrices.
     const int cell_w = std::max(1, 512 / o.dim), cell_h = std::max(1, 512 / std::max(o.len, 1));
-    kformer::write_heatmap_png(o.png, values, o.len, o.dim, -1.0, 1.0, cell_w, cell_h);
+    write_heatmap_png(o.png, values, o.len, o.dim, -1.0, 1.0, cell_w, cell_h);
     std::printf("wrote %s (rows = positions, columns = dimensions; blue -1, white 0, red +1)\n",
                 o.png.c_str());
   }
 }
 
-void add_encode_options(CLI::App* cmd, EncodeOptions& o) {
-  cmd->add_option("--dim", o.dim, "encoding dimension (columns)")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--len", o.len, "sequence length (rows)")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--base", o.base, "frequency base");
-  cmd->add_option("--first-position", o.first_position, "position of the first row");
-  cmd->add_flag("--split", o.split, "sines in the first half, cosines in the second");
-  cmd->add_option("--precision", o.precision, "float or double")
-      ->check(CLI::IsMember({"float", "double"}));
-  cmd->add_option("--backend", o.backend, "execution space (serial, openmp, cuda, hip, default)");
-  cmd->add_option("--csv", o.csv, "write the matrix as CSV");
-  cmd->add_option("--png", o.png, "write the matrix as a heatmap PNG");
+// --- TST commands ------------------------------------------------------------------------------
+
+// The training and validation sets: --test when given, otherwise a seeded split of --data.
+struct Datasets {
+  data::SeriesSet train, validation;
+};
+
+Datasets load_train_validation(const DataOptions& d, std::uint64_t seed,
+                               const std::vector<std::string>& classes = {}) {
+  Datasets sets;
+  data::SeriesSet all = load_dataset(d.train, d, classes);
+  if (!d.test.empty()) {
+    sets.train = std::move(all);
+    sets.validation = load_dataset(d.test, d, sets.train.class_names);
+  } else {
+    const auto split = data::train_validation_split(all, d.validation_fraction, seed);
+    sets.train = all.subset(split.train);
+    sets.validation = all.subset(split.validation);
+  }
+  // Both padded to the longer of the two, so that one model serves both.
+  const std::int64_t max_len = std::max(sets.train.max_len, sets.validation.max_len);
+  sets.train.set_max_len(max_len);
+  sets.validation.set_max_len(max_len);
+  return sets;
+}
+
+void print_data(const char* what, const data::SeriesSet& s) {
+  std::printf("%s: %lld series, %lld features, up to %lld steps", what,
+              static_cast<long long>(s.n_series), static_cast<long long>(s.n_features),
+              static_cast<long long>(s.max_len));
+  if (s.is_classification()) std::printf(", %zu classes", s.class_names.size());
+  if (s.is_regression())
+    std::printf(", %lld regression targets", static_cast<long long>(s.n_targets));
+  std::printf("\n");
+}
+
+template <class T, class Space>
+void command_pretrain(const Space& exec, const DataOptions& d, const ModelOptions& m,
+                      TrainCliOptions t, const RunOptions& r) {
+  apply_training_choices(t);
+  Datasets sets = load_train_validation(d, t.training.seed);
+  print_data("training data", sets.train);
+  print_data("validation data", sets.validation);
+  const auto standardization = data::Standardization::fit(sets.train);
+  standardization.apply(sets.train);
+  standardization.apply(sets.validation);
+  TimeSeriesTransformer<T, Space> model(exec, model_config(m, sets.train, TstTask::Imputation));
+  TstTrainer<T, Space> trainer(exec, model, t.training, sets.train);
+  CheckpointInfo info;
+  info.standardization = standardization;
+  int first = 0;
+  if (r.resume) {
+    info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
+    info.standardization = standardization;
+    first = info.next_epoch;
+    trainer.set_global_step(info.step);
+    std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
+  }
+  const Evaluation before = trainer.evaluate(exec, sets.validation);
+  MetricsLog log(r.output_dir);
+  make_directories(r.output_dir);
+  const Evaluation after = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
+                                        t.epochs, "pretrain", r.output_dir, info, log, r);
+  std::printf("masked MSE on validation: %.4f before pretraining, %.4f after\n", before.loss,
+              after.loss);
+  std::printf("checkpoint: %s\n", r.output_dir.c_str());
+}
+
+template <class T, class Space>
+void command_finetune(const Space& exec, const DataOptions& d, const ModelOptions& m,
+                      TrainCliOptions t, const RunOptions& r, const std::string& pretrained,
+                      bool change_output) {
+  apply_training_choices(t);
+  Datasets sets = load_train_validation(d, t.training.seed);
+  const TstTask task =
+      sets.train.is_classification() ? TstTask::Classification
+      : sets.train.is_regression()
+          ? TstTask::Regression
+          : throw Error(
+                "kformer finetune: the data has neither class labels nor regression targets");
+  print_data("training data", sets.train);
+  print_data("validation data", sets.validation);
+  TstConfig config = model_config(m, sets.train, task);
+  std::optional<data::Standardization> standardization;
+  if (!pretrained.empty()) {
+    // The pretrained model decides the architecture and the standardization.
+    const CheckpointInfo source = read_checkpoint_config(pretrained);
+    TstConfig c = source.config;
+    c.task = config.task;
+    c.num_outputs = config.num_outputs;
+    c.max_len = config.max_len;
+    c.dropout = config.dropout;
+    config = c;
+  }
+  TimeSeriesTransformer<T, Space> model(exec, config);
+  TstTrainer<T, Space> trainer(exec, model, t.training, sets.train);
+  CheckpointInfo info;
+  info.class_names = sets.train.class_names;
+  if (!pretrained.empty()) {
+    LoadOptions load;
+    if (change_output) load.skip_prefixes = {"output_layer."};
+    const CheckpointInfo source = load_checkpoint<T, Space>(exec, pretrained, model, nullptr, load);
+    standardization = source.standardization;
+    std::printf("loaded %s%s\n", pretrained.c_str(), change_output ? " (new output layer)" : "");
+  }
+  if (!standardization) standardization = data::Standardization::fit(sets.train);
+  standardization->apply(sets.train);
+  standardization->apply(sets.validation);
+  info.standardization = standardization;
+  int first = 0;
+  if (r.resume) {
+    info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
+    first = info.next_epoch;
+    trainer.set_global_step(info.step);
+    std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
+  }
+  MetricsLog log(r.output_dir);
+  make_directories(r.output_dir);
+  const Evaluation e = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
+                                    t.epochs, "finetune", r.output_dir, info, log, r);
+  std::printf("%s\ncheckpoint: %s\n", describe(e, task).c_str(), r.output_dir.c_str());
+}
+
+// A model and its data from a checkpoint directory, for evaluate / embed.
+template <class T, class Space>
+struct Loaded {
+  CheckpointInfo info;
+  TimeSeriesTransformer<T, Space> model;
+  data::SeriesSet data;
+};
+
+template <class T, class Space>
+Loaded<T, Space> load_for_inference(const Space& exec, const std::string& checkpoint,
+                                    const std::string& path, const DataOptions& d) {
+  const CheckpointInfo info = read_checkpoint_config(checkpoint);
+  data::SeriesSet data = load_dataset(path, d, info.class_names);
+  if (data.n_features != info.config.feat_dim)
+    fail("kformer", path, " has ", data.n_features, " features, the checkpoint's model ",
+         info.config.feat_dim);
+  if (data.max_len > info.config.max_len &&
+      (info.config.task != TstTask::Imputation ||
+       info.config.pos_encoding == PositionalEncodingKind::Learnable))
+    fail("kformer", path, " has series of up to ", data.max_len,
+         " steps, longer than the model's max_len ", info.config.max_len);
+  if (info.config.task != TstTask::Imputation) data.set_max_len(info.config.max_len);
+  Loaded<T, Space> loaded{info, TimeSeriesTransformer<T, Space>(exec, info.config),
+                          std::move(data)};
+  loaded.info = load_checkpoint<T, Space>(exec, checkpoint, loaded.model, nullptr);
+  if (!loaded.info.standardization)
+    fail("kformer", checkpoint, " holds no standardization of its training data");
+  loaded.info.standardization->apply(loaded.data);
+  return loaded;
+}
+
+template <class T, class Space>
+void command_evaluate(const Space& exec, const std::string& checkpoint, const std::string& path,
+                      const DataOptions& d, int batch_size) {
+  auto loaded = load_for_inference<T, Space>(exec, checkpoint, path, d);
+  print_data("data", loaded.data);
+  TrainingOptions o;
+  o.batch_size = batch_size;
+  TstTrainer<T, Space> trainer(exec, loaded.model, o, loaded.data);
+  const Evaluation e = trainer.evaluate(exec, loaded.data);
+  std::printf("%s\n", describe(e, loaded.info.config.task).c_str());
+}
+
+template <class T, class Space>
+void command_embed(const Space& exec, const std::string& checkpoint, const std::string& path,
+                   const DataOptions& d, const std::string& output, int batch_size) {
+  auto loaded = load_for_inference<T, Space>(exec, checkpoint, path, d);
+  TrainingOptions o;
+  o.batch_size = batch_size;
+  TstTrainer<T, Space> trainer(exec, loaded.model, o, loaded.data);
+  std::vector<float> steps, pooled;
+  trainer.representations(exec, loaded.data, steps, pooled);
+  const int dim = loaded.info.config.d_model;
+  std::ostringstream csv;
+  csv.precision(8);
+  csv << "series";
+  if (loaded.data.is_classification()) csv << ",label";
+  for (int j = 0; j < dim; ++j)
+    csv << ",z" << j;
+  csv << '\n';
+  for (std::int64_t s = 0; s < loaded.data.n_series; ++s) {
+    csv << s;
+    if (loaded.data.is_classification())
+      csv << ',' << loaded.data.class_names[loaded.data.labels[s]];
+    for (int j = 0; j < dim; ++j)
+      csv << ',' << pooled[std::size_t(s) * dim + j];
+    csv << '\n';
+  }
+  write_file_atomic(output, csv.str());
+  std::printf(
+      "wrote %s: the mean of the per-step representations over the observed steps of each of %lld "
+      "series "
+      "(%d values each)\n",
+      output.c_str(), static_cast<long long>(loaded.data.n_series), dim);
+}
+
+// Outputs of a checkpoint's model for every series of a dataset, as CSV in the data's units.
+template <class T, class Space>
+void command_predict(const Space& exec, const std::string& checkpoint, const std::string& path,
+                     const DataOptions& d, const std::string& masks, const std::string& output,
+                     int batch_size) {
+  auto loaded = load_for_inference<T, Space>(exec, checkpoint, path, d);
+  const auto& data = loaded.data;
+  const TstConfig& c = loaded.info.config;
+  TrainingOptions o;
+  o.batch_size = batch_size;
+  TstTrainer<T, Space> trainer(exec, loaded.model, o, data);
+  std::vector<std::uint8_t> mask;
+  if (!masks.empty()) {
+    if (c.task != TstTask::Imputation)
+      fail("kformer predict", "--masks applies to imputation models only");
+    mask = data::read_mask_csv(masks, data);
+  }
+  std::vector<float> out = trainer.predict(exec, data, false, masks.empty() ? nullptr : &mask);
+  std::ostringstream csv;
+  csv.precision(8);
+  if (c.task == TstTask::Imputation) {
+    // Back to the data's units.
+    std::vector<float> observed(data.values);
+    loaded.info.standardization->invert(observed.data(), observed.size());
+    loaded.info.standardization->invert(out.data(), out.size());
+    csv << "series,step,feature,observed,masked,prediction\n";
+    for (std::int64_t s = 0; s < data.n_series; ++s)
+      for (std::int64_t t = 0; t < data.lengths[s]; ++t)
+        for (std::int64_t f = 0; f < data.n_features; ++f) {
+          const std::size_t i = data.offset(s, t) + static_cast<std::size_t>(f);
+          csv << s << ',' << t << ',' << f << ',';
+          if (!std::isnan(observed[i])) csv << observed[i];
+          csv << ',' << (mask.empty() ? 0 : int(mask[i] == 0)) << ',' << out[i] << '\n';
+        }
+  } else {
+    const int n_out = c.num_outputs;
+    csv << "series";
+    if (c.task == TstTask::Classification) {
+      csv << ",predicted";
+      for (const auto& name : loaded.info.class_names)
+        csv << ",logit_" << name;
+    } else {
+      for (int k = 0; k < n_out; ++k)
+        csv << ",output_" << k;
+    }
+    csv << '\n';
+    for (std::int64_t s = 0; s < data.n_series; ++s) {
+      const float* row = out.data() + s * n_out;
+      csv << s;
+      if (c.task == TstTask::Classification)
+        csv << ',' << loaded.info.class_names[std::max_element(row, row + n_out) - row];
+      for (int k = 0; k < n_out; ++k)
+        csv << ',' << row[k];
+      csv << '\n';
+    }
+  }
+  write_file_atomic(output, csv.str());
+  std::printf("wrote %s (%lld series)\n", output.c_str(), static_cast<long long>(data.n_series));
+}
+
+void command_generate_data(const std::string& directory, std::uint64_t seed) {
+  make_directories(directory);
+  const auto sets = data::generate_default_datasets(seed);
+  data::write_ts(directory + "/classification_train.ts", sets.classification_train,
+                 "default_classification");
+  data::write_ts(directory + "/classification_test.ts", sets.classification_test,
+                 "default_classification");
+  data::write_ts(directory + "/regression_train.ts", sets.regression_train, "default_regression");
+  data::write_ts(directory + "/regression_test.ts", sets.regression_test, "default_regression");
+  std::printf("wrote classification_{train,test}.ts and regression_{train,test}.ts to %s\n",
+              directory.c_str());
+}
+
+// --- the default job -----------------------------------------------------------------------------
+
+struct DemoResult {
+  std::string name;
+  double accuracy = 0;
+  double seconds = 0;
+};
+
+template <class T, class Space>
+void command_demo(const Space& exec, const RunOptions& r, std::uint64_t seed) {
+  const auto start = std::chrono::steady_clock::now();
+  std::printf("\n== data: generated (data/README.md), seed %llu\n",
+              static_cast<unsigned long long>(seed));
+  auto sets = data::generate_default_datasets(seed);
+  data::SeriesSet& train = sets.classification_train;
+  data::SeriesSet& test = sets.classification_test;
+  print_data("classification training set", train);
+  print_data("classification test set", test);
+  const auto standardization = data::Standardization::fit(train);
+  standardization.apply(train);
+  standardization.apply(test);
+  MetricsLog log(r.output_dir);
+  make_directories(r.output_dir);
+
+  ModelOptions m;  // TST's defaults: d_model 64, 8 heads, 3 layers, ff 256, dropout 0.1, BatchNorm
+  TrainingOptions o;
+  o.batch_size = 32;
+  o.seed = seed;
+  const int pretrain_epochs = 8, finetune_epochs = 12;
+
+  std::printf(
+      "\n== masked pretraining (imputation of 15 %% of the values in runs of mean length 3)\n");
+  TimeSeriesTransformer<T, Space> imputer(exec, model_config(m, train, TstTask::Imputation));
+  TstTrainer<T, Space> pretrainer(exec, imputer, o, train);
+  const Evaluation before = pretrainer.evaluate(exec, test);
+  CheckpointInfo info;
+  info.standardization = standardization;
+  const std::string pretrained = r.output_dir + "/pretrained";
+  const Evaluation after = train_epochs(exec, imputer, pretrainer, train, test, 0, pretrain_epochs,
+                                        "pretrain", pretrained, info, log, r);
+  std::printf("masked MSE on the test set: %.4f before pretraining, %.4f after\n", before.loss,
+              after.loss);
+
+  std::vector<DemoResult> results;
+  const auto classify = [&](const std::string& name, const std::string& pos_encoding,
+                            bool from_pretrained) {
+    std::printf("\n== classification: %s\n", name.c_str());
+    const auto t0 = std::chrono::steady_clock::now();
+    ModelOptions mc = m;
+    mc.pos_encoding = pos_encoding;
+    TimeSeriesTransformer<T, Space> model(exec, model_config(mc, train, TstTask::Classification));
+    if (from_pretrained) {
+      LoadOptions load;
+      load.skip_prefixes = {"output_layer."};
+      load_checkpoint<T, Space>(exec, pretrained, model, nullptr, load);
+    }
+    TstTrainer<T, Space> trainer(exec, model, o, train);
+    CheckpointInfo ci;
+    ci.standardization = standardization;
+    ci.class_names = train.class_names;
+    const Evaluation e = train_epochs(exec, model, trainer, train, test, 0, finetune_epochs, name,
+                                      r.output_dir + "/" + name, ci, log, r);
+    results.push_back(
+        {name, e.accuracy,
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+  };
+  classify("finetuned", "fixed", true);
+  classify("from_scratch", "fixed", false);
+  classify("no_positional_encoding", "none", false);
+
+  std::int64_t majority = 0;
+  for (std::size_t c = 0; c < test.class_names.size(); ++c)
+    majority = std::max<std::int64_t>(majority,
+                                      std::count(test.labels.begin(), test.labels.end(), int(c)));
+  std::printf("\n== test accuracy (%lld series, %zu classes; majority class %.3f)\n",
+              static_cast<long long>(test.n_series), test.class_names.size(),
+              double(majority) / test.n_series);
+  std::printf("  %-40s %9s %9s\n", "model", "accuracy", "seconds");
+  const char* labels[] = {"with pretraining (fine-tuned)", "without pretraining",
+                          "without positional encoding"};
+  for (std::size_t i = 0; i < results.size(); ++i)
+    std::printf("  %-40s %9.3f %9.1f\n", labels[i], results[i].accuracy, results[i].seconds);
+  const std::string png = log.plot_loss_curves();
+  std::printf("\nmetrics: %s/metrics.csv, %s/metrics.jsonl%s%s\n", r.output_dir.c_str(),
+              r.output_dir.c_str(), png.empty() ? "" : "; loss curves: ", png.c_str());
+  std::printf("checkpoints: %s/{pretrained,finetuned,from_scratch,no_positional_encoding}\n",
+              r.output_dir.c_str());
+  std::printf("total %.0f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+template <class T>
+struct Precision {
+  using type = T;
+};
+
+// Runs f(space, Precision<T>{}) on the chosen backend and scalar type.
+template <class F>
+void dispatch(const std::string& backend, const std::string& precision, F&& f) {
+  backends::dispatch(backend, [&](auto space) {
+    if (precision == "double")
+      f(space, Precision<double>{});
+    else
+      f(space, Precision<float>{});
+  });
+}
+
+void add_data_options(CLI::App* cmd, DataOptions& d, bool with_test) {
+  cmd->add_option("--data", d.train,
+                  ".ts or .csv file, or a directory of .csv files (one per series)")
+      ->required();
+  if (with_test) {
+    cmd->add_option("--test", d.test, "validation/test data (default: a split of --data)");
+    cmd->add_option("--val-ratio", d.validation_fraction,
+                    "validation fraction when no --test is given");
+  }
+  cmd->add_option("--labels", d.labels, "labels CSV (id,label) for a directory of series");
+  cmd->add_option("--id-column", d.id_column, "CSV: the series-id column");
+  cmd->add_option("--label-column", d.label_column, "CSV: the class-label column");
+  cmd->add_option("--target-columns", d.target_columns, "CSV: regression target columns");
+  cmd->add_option("--time-column", d.time_column, "CSV: sort each series by this column");
+}
+
+void add_model_options(CLI::App* cmd, ModelOptions& m) {
+  cmd->add_option("--d-model", m.d_model, "model width");
+  cmd->add_option("--heads", m.heads, "attention heads");
+  cmd->add_option("--layers", m.layers, "encoder layers");
+  cmd->add_option("--dim-feedforward", m.dim_feedforward, "feed-forward width");
+  cmd->add_option("--dropout", m.dropout, "dropout probability");
+  cmd->add_option("--activation", m.activation, "gelu or relu");
+  cmd->add_option("--norm", m.norm, "batchnorm or layernorm");
+  cmd->add_flag("--norm-first", m.norm_first, "pre-norm encoder layers");
+  cmd->add_option("--pos-encoding", m.pos_encoding, "fixed, learnable or none");
+  cmd->add_option("--projection", m.projection, "linear or conv1d input projection");
+  cmd->add_option("--conv-kernel", m.conv_kernel, "kernel size of the conv1d projection");
+}
+
+void add_training_options(CLI::App* cmd, TrainCliOptions& t) {
+  auto& o = t.training;
+  cmd->add_option("--epochs", t.epochs, "epochs to train");
+  cmd->add_option("--batch-size", o.batch_size, "series per batch");
+  cmd->add_option("--lr", o.lr, "learning rate");
+  cmd->add_option("--lr-step", o.lr_step,
+                  "epochs after which the learning rate is multiplied by --lr-factor");
+  cmd->add_option("--lr-factor", o.lr_factor, "learning-rate decay factor");
+  cmd->add_option("--optimizer", t.optimizer, "adam, adamw or radam");
+  cmd->add_option("--weight-decay", o.optimizer.weight_decay, "weight decay");
+  cmd->add_option("--clip-norm", o.clip_norm, "gradient clipping by global norm (0: off)");
+  cmd->add_option("--l2-reg", o.l2_reg, "L2 penalty on the output layer's weight");
+  cmd->add_option("--masking-ratio", o.masking.masking_ratio,
+                  "pretraining: fraction of values masked");
+  cmd->add_option("--mean-mask-length", o.masking.mean_mask_length,
+                  "pretraining: mean length of masked runs");
+  cmd->add_option("--mask-mode", t.mask_mode, "separate or concurrent");
+  cmd->add_option("--mask-distribution", t.mask_distribution, "geometric or bernoulli");
+  cmd->add_option("--exclude-features", o.masking.exclude_features, "features never masked");
+  cmd->add_option("--forecast", o.forecast_horizon, "pretraining: mask the last N steps instead");
+  cmd->add_option("--seed", o.seed, "seed for batches, masks and dropout");
 }
 
 }  // namespace
@@ -111,31 +542,135 @@ int main(int argc, char* argv[]) {
   int kokkos_argc = static_cast<int>(kokkos_args.size());
   int app_argc = static_cast<int>(app_args.size());
 
-  CLI::App app{"kformer: transformer sequence models as Kokkos kernels"};
+  CLI::App app{
+      "kformer: transformer sequence models as Kokkos kernels. Without a command: the default job "
+      "(masked pretraining, fine-tuning and the positional-encoding ablation on generated data)."};
   app.require_subcommand(0, 1);
+  std::string backend = "default", precision = "float";
+  RunOptions run;
+  bool no_progress = false;
+  app.add_option("--backend", backend, "execution space (serial, openmp, cuda, hip, default)");
+  app.add_option("--precision", precision, "float or double")
+      ->check(CLI::IsMember({"float", "double"}));
+  app.add_flag("--no-progress", no_progress, "plain lines instead of a progress bar");
+  std::uint64_t demo_seed = 2021;
+  app.add_option("--demo-seed", demo_seed, "seed of the default job's data");
+
+  DataOptions data;
+  ModelOptions model;
+  TrainCliOptions training;
+  std::string pretrained, checkpoint, output;
+  bool change_output = false, freeze = false;
+  int batch_size = 64;
+
+  auto* pretrain = app.add_subcommand("pretrain", "masked-value pretraining (imputation)");
+  add_data_options(pretrain, data, true);
+  add_model_options(pretrain, model);
+  add_training_options(pretrain, training);
+  pretrain->add_option("--output-dir", run.output_dir, "checkpoint and metrics directory")
+      ->default_val("kformer-out/pretrain");
+  pretrain->add_flag("--resume", run.resume, "continue from the checkpoint in --output-dir");
+
+  auto* finetune =
+      app.add_subcommand("finetune", "classification or regression, from scratch or pretrained");
+  add_data_options(finetune, data, true);
+  add_model_options(finetune, model);
+  add_training_options(finetune, training);
+  finetune->add_option("--pretrained", pretrained, "checkpoint directory of a pretrained model");
+  finetune->add_flag("--change-output", change_output,
+                     "replace the pretrained model's output layer");
+  finetune->add_flag("--freeze", freeze, "train the output layer only");
+  finetune->add_option("--output-dir", run.output_dir, "checkpoint and metrics directory")
+      ->default_val("kformer-out/finetune");
+  finetune->add_flag("--resume", run.resume, "continue from the checkpoint in --output-dir");
+
+  auto* evaluate = app.add_subcommand("evaluate", "loss and metrics of a checkpoint on a dataset");
+  evaluate->add_option("--checkpoint", checkpoint, "checkpoint directory")->required();
+  add_data_options(evaluate, data, false);
+  evaluate->add_option("--batch-size", batch_size, "series per batch");
+
+  auto* embed =
+      app.add_subcommand("embed", "per-series representations (mean over observed steps) as CSV");
+  embed->add_option("--checkpoint", checkpoint, "checkpoint directory")->required();
+  add_data_options(embed, data, false);
+  embed->add_option("--output", output, "CSV file to write")
+      ->default_val("kformer-out/embeddings.csv");
+  embed->add_option("--batch-size", batch_size, "series per batch");
+
+  std::string masks;
+  auto* predict = app.add_subcommand("predict", "outputs of a checkpoint's model as CSV");
+  predict->add_option("--checkpoint", checkpoint, "checkpoint directory")->required();
+  add_data_options(predict, data, false);
+  predict->add_option("--masks", masks,
+                      "imputation: CSV (series,step,feature) of the values to hide and predict");
+  predict->add_option("--output", output, "CSV file to write")
+      ->default_val("kformer-out/predictions.csv");
+  predict->add_option("--batch-size", batch_size, "series per batch");
+
   EncodeOptions encode;
-  auto* encode_cmd = app.add_subcommand("encode", "compute the positional-encoding matrix");
-  add_encode_options(encode_cmd, encode);
+  auto* encode_cmd = app.add_subcommand("encode", "the positional-encoding matrix as CSV and PNG");
+  encode_cmd->add_option("--dim", encode.dim, "encoding dimension (columns)")
+      ->check(CLI::Range(1, 1 << 20));
+  encode_cmd->add_option("--len", encode.len, "sequence length (rows)")
+      ->check(CLI::Range(1, 1 << 24));
+  encode_cmd->add_option("--base", encode.base, "frequency base");
+  encode_cmd->add_option("--first-position", encode.first_position, "position of the first row");
+  encode_cmd->add_flag("--split", encode.split, "sines in the first half, cosines in the second");
+  encode_cmd->add_option("--csv", encode.csv, "write the matrix as CSV");
+  encode_cmd->add_option("--png", encode.png, "write the matrix as a heatmap PNG");
+
+  std::string data_dir;
+  auto* generate =
+      app.add_subcommand("generate-data", "write the generated default datasets as .ts files");
+  generate->add_option("--output-dir", data_dir, "directory")->default_val("kformer-out/data");
+
   auto* info_cmd = app.add_subcommand("info", "list the enabled backends and devices");
   CLI11_PARSE(app, app_argc, app_args.data());
+  run.progress = !no_progress;
+  training.training.freeze_encoder = freeze;
+  encode.precision = precision;
 
   Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
   try {
     if (*info_cmd) {
-      kformer::backends::print_backends(std::cout, true);
+      backends::print_backends(std::cout, true);
     } else if (*encode_cmd) {
-      run_encode(encode);
+      backends::dispatch(backend, [&](auto space) { run_encode(space, encode); });
+    } else if (*generate) {
+      command_generate_data(data_dir, demo_seed);
+    } else if (*pretrain) {
+      dispatch(backend, precision, [&](auto space, auto p) {
+        command_pretrain<typename decltype(p)::type>(space, data, model, training, run);
+      });
+    } else if (*finetune) {
+      dispatch(backend, precision, [&](auto space, auto p) {
+        command_finetune<typename decltype(p)::type>(space, data, model, training, run, pretrained,
+                                                     change_output);
+      });
+    } else if (*evaluate) {
+      dispatch(backend, precision, [&](auto space, auto p) {
+        command_evaluate<typename decltype(p)::type>(space, checkpoint, data.train, data,
+                                                     batch_size);
+      });
+    } else if (*predict) {
+      dispatch(backend, precision, [&](auto space, auto p) {
+        command_predict<typename decltype(p)::type>(space, checkpoint, data.train, data, masks,
+                                                    output, batch_size);
+      });
+    } else if (*embed) {
+      dispatch(backend, precision, [&](auto space, auto p) {
+        command_embed<typename decltype(p)::type>(space, checkpoint, data.train, data, output,
+                                                  batch_size);
+      });
     } else {
-      // The default job on embedded defaults.
-      kformer::backends::print_backends(std::cout);
-      mkdir("kformer-out", 0755);
-      EncodeOptions defaults;
-      defaults.csv = "kformer-out/encoding.csv";
-      defaults.png = "kformer-out/encoding.png";
-      run_encode(defaults);
+      backends::print_backends(std::cout);
+      run.output_dir = "kformer-out";
+      dispatch(backend, precision, [&](auto space, auto p) {
+        command_demo<typename decltype(p)::type>(space, run, demo_seed);
+      });
     }
-  } catch (const kformer::Error& e) {
-    std::fprintf(stderr, "kformer: error: %s\n", e.what());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "\nkformer: error: %s\n", e.what());
     return 2;
   }
   return 0;

@@ -30,6 +30,7 @@
 #include "../backends/batched_gemm.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
+#include "../core/math.hpp"
 #include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
@@ -203,6 +204,9 @@ class MultiHeadAttention {
     return {s, seq_, seq_, seq_, heads_ * square, square};
   }
 
+ public:
+  // Public only because nvcc accepts a device lambda (KOKKOS_LAMBDA) only in a member function
+  // that is not private; not part of the interface.
   // probs <- softmax(probs + attn_mask, masked keys excluded); dropped <- dropout(probs).
   void softmax_forward(const ExecutionSpace& exec, const Tensor4<T, memory_space>& probs,
                        const Tensor4<T, memory_space>& dropped, const Mask& key_padding_mask,
@@ -213,7 +217,7 @@ class MultiHeadAttention {
     const double p = dropout_;
     const T keep_scale = static_cast<T>(drop ? 1.0 / (1.0 - p) : 1.0);
     const Philox4x32 rng(seed_);
-    const std::uint32_t stream = static_cast<std::uint32_t>(step);
+    const std::uint64_t stream = step;
     const std::int64_t rows = std::int64_t(batch) * h * seq;
     Kokkos::parallel_for(
         "kformer::attention::softmax_fwd",
@@ -237,23 +241,31 @@ class MultiHeadAttention {
               },
               Kokkos::Max<T>(max_score));
           const bool none = !(max_score > lowest);
+          // e_j = exp(score_j - max) is stored in place while summing; each thread then
+          // normalises the entries it wrote (same split of the range: no barrier needed).
           T sum = 0;
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, seq),
               [=](const int j, T& s) {
-                s += none || masked(j) ? T(0) : compat::math::exp(score(j) - max_score);
+                const T e = none || masked(j) ? T(0) : math::exp(score(j) - max_score);
+                a[j] = e;
+                s += e;
               },
               sum);
-          team.team_barrier();  // all reads of the scores are done
           const T inv = none ? T(0) : T(1) / sum;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [=](const int j) {
-            const T pj = none || masked(j) ? T(0) : compat::math::exp(score(j) - max_score) * inv;
-            a[j] = pj;
-            if (drop) {
-              const std::uint64_t element = static_cast<std::uint64_t>(row) * seq + j;
-              out[j] = uniform01(rng.bits(element, stream)) >= p ? pj * keep_scale : T(0);
-            }
-          });
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [=](const int j) { a[j] *= inv; });
+          if (drop) {
+            // One Philox evaluation decides four consecutive entries of the row.
+            team.team_barrier();
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (seq + 3) / 4), [=](const int g) {
+              std::uint32_t words[4];
+              rng.words(static_cast<std::uint64_t>(row) * ((seq + 3) / 4) + g, stream, words);
+              for (int w = 0; w < 4 && 4 * g + w < seq; ++w) {
+                const int j = 4 * g + w;
+                out[j] = uniform01(words[w]) >= p ? a[j] * keep_scale : T(0);
+              }
+            });
+          }
         });
   }
 
@@ -289,6 +301,7 @@ class MultiHeadAttention {
         });
   }
 
+ private:
   std::string name_ = "kformer::MultiHeadAttention";
   int d_ = 0, heads_ = 1;
   double dropout_ = 0.0;

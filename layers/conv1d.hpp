@@ -124,6 +124,10 @@ class Conv1dProjection {
     return matrix_of(weight_.value, out_, in_ * o_.kernel_size);
   }
 
+ public:
+  // Public only because nvcc accepts a device lambda (KOKKOS_LAMBDA) only in a member function
+  // that is not private; not part of the interface.
+
   Tensor2<T, memory_space> im2col(const ExecutionSpace& exec, const ConstTensor3& x) {
     const int batch = x.extent(0), seq = x.extent(1), f_in = in_, k = o_.kernel_size;
     const int seq_out = output_length(seq), stride = o_.stride, dil = o_.dilation, pad = pad_left_;
@@ -162,6 +166,7 @@ class Conv1dProjection {
         });
   }
 
+ private:
   std::string name_ = "kformer::Conv1dProjection";
   int in_ = 0, out_ = 0;
   Conv1dOptions o_;

@@ -3,7 +3,8 @@
 //   training:  y = x * m / (1 - p),  m_i = [u(seed, step, i) >= p]     backward: dx = dy * m / (1 -
 //   p) eval:      y = x                                                   backward: dx = dy
 //
-// u is Philox4x32-10 of (element index, step) under the layer's seed, so a mask depends only on
+// u is Philox4x32-10 of (element index / 4, step) under the layer's seed (word index % 4 of the
+// result), so a mask depends only on
 // the seed, the training step and the element: the same on every backend and thread count, and
 // the same again when a run resumes at that step. The mask is kept (one byte per element) for
 // backward.
@@ -54,16 +55,23 @@ class Dropout {
     }
     std::uint8_t* const mask = mask_.view(n).data();
     const Philox4x32 rng(seed_);
-    const std::uint32_t stream = static_cast<std::uint32_t>(ctx.step);
+    const std::uint64_t stream = ctx.step;
     const double p = p_;
     const T scale = static_cast<T>(1.0 / (1.0 - p_));
+    // One Philox evaluation gives the words of four consecutive elements.
     Kokkos::parallel_for(
         "kformer::dropout::forward",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-        KOKKOS_LAMBDA(const std::int64_t i) {
-          const bool keep = uniform01(rng.bits(static_cast<std::uint64_t>(i), stream)) >= p;
-          mask[i] = keep ? 1 : 0;
-          out[i] = keep ? in[i] * scale : T(0);
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, (n + 3) / 4),
+        KOKKOS_LAMBDA(const std::int64_t group) {
+          std::uint32_t words[4];
+          rng.words(static_cast<std::uint64_t>(group), stream, words);
+          for (int w = 0; w < 4; ++w) {
+            const std::int64_t i = 4 * group + w;
+            if (i >= n) break;
+            const bool keep = uniform01(words[w]) >= p;
+            mask[i] = keep ? 1 : 0;
+            out[i] = keep ? in[i] * scale : T(0);
+          }
         });
   }
 

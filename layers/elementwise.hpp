@@ -41,6 +41,22 @@ void copy(const ExecutionSpace& exec, const In& in, const Out& out) {
       KOKKOS_LAMBDA(const std::int64_t i) { po[i] = pi[i]; });
 }
 
+// out = scale * in over contiguous views of equal size; nothing to do for scale 1 in place.
+template <class ExecutionSpace, class T, class In, class Out>
+void scale_copy(const ExecutionSpace& exec, T scale, const In& in, const Out& out) {
+  using V = typename Out::non_const_value_type;
+  if (in.size() != out.size())
+    fail("kformer::scale_copy", "sizes differ: ", shape_of(in), ", ", shape_of(out));
+  if (scale == T(1)) return copy(exec, in, out);
+  const V* const pi = in.data();
+  V* const po = out.data();
+  const V s = static_cast<V>(scale);
+  Kokkos::parallel_for(
+      "kformer::scale_copy",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, std::int64_t(out.size())),
+      KOKKOS_LAMBDA(const std::int64_t i) { po[i] = s * pi[i]; });
+}
+
 // m[i, :] = row for every row of a (rows, cols) matrix (a bias broadcast before a GEMM with beta
 // 1).
 template <class ExecutionSpace, class Row, class Matrix>
@@ -49,13 +65,13 @@ void fill_rows(const ExecutionSpace& exec, const Row& row, const Matrix& m) {
   const int cols = static_cast<int>(m.extent(1));
   if (row.size() != m.extent(1))
     fail("kformer::fill_rows", "row has shape ", shape_of(row), ", matrix has shape ", shape_of(m));
-  T* const out = m.data();
   const T* const r = row.data();
+  const Matrix out = m;
   Kokkos::parallel_for(
       "kformer::fill_rows",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-          exec, 0, std::int64_t(m.extent(0)) * cols),
-      KOKKOS_LAMBDA(const std::int64_t i) { out[i] = r[i % cols]; });
+      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>(
+          exec, {0, 0}, {std::int64_t(m.extent(0)), std::int64_t(cols)}),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { out(i, j) = r[j]; });
 }
 
 }  // namespace kformer

@@ -161,7 +161,7 @@ TEMPLATE_LIST_TEST_CASE("PyTorch parity: LayerNorm and BatchNorm (training and e
                         backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
-  const int n = 10, d = 8;
+  static constexpr int n = 10, d = 8;  // static: Clang (hipcc) wants locals captured below
   const auto forward_of = [&](auto& layer, bool training) {
     return [&layer, training](const GoldenTensor& x) {
       Tensor2<float, M> y("y", n, d);

@@ -70,9 +70,10 @@ class LearnablePositionalEncoding {
     return options_.length_policy == LengthPolicy::Truncate && seq > max_len_ ? max_len_ : seq;
   }
 
-  // y = x[:, :out] + pe[:out] (or the interpolated table).   x: (batch, seq, dim),
+  // y = input_scale * x[:, :out] + pe[:out] (or the interpolated table).   x: (batch, seq, dim),
   // y: (batch, output_length(seq), dim); y may be x itself unless the sequence is truncated.
-  void forward(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& y) const {
+  void forward(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& y,
+               T input_scale = T(1)) const {
     const std::string where = "kformer::LearnablePositionalEncoding::forward";
     check_shape(where, "x", x, {-1, -1, dim_});
     const int seq = static_cast<int>(x.extent(1));
@@ -80,14 +81,15 @@ class LearnablePositionalEncoding {
     check_shape(where, "y", y, {std::int64_t(x.extent(0)), output_length(seq), dim_});
     if (y.extent(1) != x.extent(1)) check_distinct(where, "x", x, "y", y);
     if (interpolating(seq))
-      impl::learnable_pe_forward_interpolated(exec, x, y, table());
+      impl::learnable_pe_forward_interpolated(exec, x, y, table(), input_scale);
     else
-      impl::learnable_pe_forward(exec, x, y, table());
+      impl::learnable_pe_forward(exec, x, y, table(), input_scale);
   }
 
-  // dx = dy (zero past a truncation) and pe.grad += sum over the batch.
+  // dx = input_scale * dy (zero past a truncation) and pe.grad += sum over the batch.
   //   dy: (batch, output_length(seq), dim), dx: (batch, seq, dim); dx may be dy itself.
-  void backward(const ExecutionSpace& exec, const ConstTensor3& dy, const Tensor3& dx) {
+  void backward(const ExecutionSpace& exec, const ConstTensor3& dy, const Tensor3& dx,
+                T input_scale = T(1)) {
     const std::string where = "kformer::LearnablePositionalEncoding::backward";
     check_shape(where, "dx", dx, {-1, -1, dim_});
     const int seq = static_cast<int>(dx.extent(1));
@@ -99,7 +101,7 @@ class LearnablePositionalEncoding {
       impl::learnable_pe_backward_interpolated(exec, dy, grad, seq);
     else
       impl::learnable_pe_backward_table(exec, dy, grad);
-    impl::learnable_pe_backward_input(exec, dy, dx);
+    impl::learnable_pe_backward_input(exec, dy, dx, input_scale);
   }
 
  private:

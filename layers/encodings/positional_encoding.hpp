@@ -15,6 +15,7 @@
 
 #include "../../core/error.hpp"
 #include "../../core/tensor.hpp"
+#include "../elementwise.hpp"
 #include "impl/positional_encoding_kernels.hpp"
 #include "sinusoid.hpp"
 
@@ -64,13 +65,14 @@ class PositionalEncoding {
   int dim() const { return sinusoid_.dim; }
   const PositionalEncodingOptions& options() const { return options_; }
 
-  // y = x + PE[:seq].   x, y: (batch, seq, dim); y may be x itself.
-  void forward(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& y) const {
+  // y = input_scale * x + PE[:seq].   x, y: (batch, seq, dim); y may be x itself.
+  void forward(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& y,
+               T input_scale = T(1)) const {
     const std::string where = "kformer::PositionalEncoding::forward";
     check_shape(where, "x", x, {-1, -1, dim()});
     check_shape(where, "y", y, extents_of(x));
     impl::PositionalEncodingFunctor<T, ExecutionSpace, true>::launch(
-        "kformer::positional_encoding::add", exec, x, y, sinusoid_, first_position());
+        "kformer::positional_encoding::add", exec, x, y, sinusoid_, first_position(), input_scale);
   }
   // x += PE[:seq].   x: (batch, seq, dim)
   void forward_inplace(const ExecutionSpace& exec, const Tensor3& x) const { forward(exec, x, x); }
@@ -84,12 +86,14 @@ class PositionalEncoding {
   }
   void forward_inplace(const ExecutionSpace& exec, const Tensor2& x) const { forward(exec, x, x); }
 
-  // dx = dy (the Jacobian is the identity). Nothing to do when dx is dy.
-  void backward(const ExecutionSpace& exec, const ConstTensor3& dy, const Tensor3& dx) const {
+  // dx = input_scale * dy (the Jacobian is the identity, scaled). Nothing to do when dx is dy and
+  // the scale is 1.
+  void backward(const ExecutionSpace& exec, const ConstTensor3& dy, const Tensor3& dx,
+                T input_scale = T(1)) const {
     const std::string where = "kformer::PositionalEncoding::backward";
     check_shape(where, "dy", dy, {-1, -1, dim()});
     check_shape(where, "dx", dx, extents_of(dy));
-    if (dx.data() != dy.data()) Kokkos::deep_copy(exec, dx, dy);
+    scale_copy(exec, input_scale, dy, dx);
   }
 
  private:

@@ -25,6 +25,7 @@
 #include "../../core/compat.hpp"
 #include "../../core/error.hpp"
 #include "../../core/tensor.hpp"
+#include "impl/value_encoding_kernels.hpp"
 #include "sinusoid.hpp"
 
 namespace kformer {
@@ -44,12 +45,7 @@ class ValueEncoding {
         frequencies_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
                                         "kformer::ValueEncoding::frequencies"),
                      sinusoid_.n_freq) {
-    const auto w = frequencies_;
-    const Sinusoid s = sinusoid_;
-    Kokkos::parallel_for(
-        "kformer::value_encoding::frequencies",
-        Kokkos::RangePolicy<ExecutionSpace>(exec, 0, s.n_freq),
-        KOKKOS_LAMBDA(const int i) { w(i) = s.frequency(i); });
+    impl::value_encoding_frequencies(exec, sinusoid_, frequencies_);
   }
 
   int dim() const { return sinusoid_.dim; }
@@ -64,7 +60,8 @@ class ValueEncoding {
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_shape(where, "y", y, extents_of(x));
     check_finite(where, exec, values);
-    launch<true>("kformer::value_encoding::add", exec, values, x, y);
+    impl::value_encoding_apply<true>("kformer::value_encoding::add", exec, sinusoid_, frequencies(),
+                                     values, x, y);
   }
 
   // y = enc(values).   y: (batch, seq, dim)
@@ -73,7 +70,8 @@ class ValueEncoding {
     check_shape(where, "y", y,
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_finite(where, exec, values);
-    launch<false>("kformer::value_encoding::encode", exec, values, y, y);
+    impl::value_encoding_apply<false>("kformer::value_encoding::encode", exec, sinusoid_,
+                                      frequencies(), values, ConstTensor3(y), y);
   }
 
   // dx = dy (the encoding does not depend on x). Nothing to do when dx is dy.
@@ -91,69 +89,15 @@ class ValueEncoding {
     check_shape(where, "dy", dy,
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_shape(where, "dvalues", dvalues, extents_of(values));
-    const auto w = frequencies_;
-    const Sinusoid s = sinusoid_;
-    const int seq = values.extent(1);
-    Kokkos::parallel_for(
-        "kformer::value_encoding::backward_values",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-            exec, 0, std::int64_t(values.extent(0)) * seq),
-        KOKKOS_LAMBDA(const std::int64_t token) {
-          const int b = static_cast<int>(token / seq), p = static_cast<int>(token % seq);
-          const double v = values(b, p);
-          double sum = 0;
-          for (int i = 0; i < s.n_freq; ++i) {
-            const double angle = v * w(i);
-            sum += w(i) * dy(b, p, s.sin_column(i)) * compat::math::cos(angle);
-            if (i < s.n_cos) sum -= w(i) * dy(b, p, s.cos_column(i)) * compat::math::sin(angle);
-          }
-          dvalues(b, p) = static_cast<T>(sum);
-        });
+    impl::value_encoding_backward_values(exec, sinusoid_, frequencies(), values, dy, dvalues);
   }
 
  private:
-  // One work item per (token, frequency): the sine and cosine of v w_i, in double.
-  template <bool kAddInput>
-  void launch(const char* label, const ExecutionSpace& exec, const ConstTensor2& values,
-              const ConstTensor3& x, const Tensor3& y) const {
-    const auto w = frequencies_;
-    const Sinusoid s = sinusoid_;
-    const int seq = values.extent(1);
-    const std::int64_t per_token = s.n_freq;
-    Kokkos::parallel_for(
-        label,
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-            exec, 0, std::int64_t(values.extent(0)) * seq * per_token),
-        KOKKOS_LAMBDA(const std::int64_t k) {
-          const std::int64_t token = k / per_token;
-          const int i = static_cast<int>(k % per_token);
-          const int b = static_cast<int>(token / seq), p = static_cast<int>(token % seq);
-          const double angle = static_cast<double>(values(b, p)) * w(i);
-          const int cs = s.sin_column(i);
-          const T sin_v = static_cast<T>(compat::math::sin(angle));
-          y(b, p, cs) = kAddInput ? x(b, p, cs) + sin_v : sin_v;
-          if (i < s.n_cos) {
-            const int cc = s.cos_column(i);
-            const T cos_v = static_cast<T>(compat::math::cos(angle));
-            y(b, p, cc) = kAddInput ? x(b, p, cc) + cos_v : cos_v;
-          }
-        });
-  }
-
   void check_finite(const std::string& where, const ExecutionSpace& exec,
                     const ConstTensor2& values) const {
-    const int seq = values.extent(1);
-    std::int64_t first_bad = std::numeric_limits<std::int64_t>::max();
-    Kokkos::parallel_reduce(
-        "kformer::value_encoding::check_finite",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-            exec, 0, std::int64_t(values.extent(0)) * seq),
-        KOKKOS_LAMBDA(const std::int64_t k, std::int64_t& bad) {
-          const T v = values(k / seq, k % seq);
-          if (!compat::math::isfinite(v) && k < bad) bad = k;
-        },
-        Kokkos::Min<std::int64_t>(first_bad));
+    const std::int64_t first_bad = impl::first_non_finite(exec, values);
     if (first_bad != std::numeric_limits<std::int64_t>::max()) {
+      const int seq = values.extent(1);
       const auto host = to_host(Kokkos::subview(values, first_bad / seq, first_bad % seq));
       fail(where, "values[", first_bad / seq, ", ", first_bad % seq, "] = ", host(),
            " is not finite; values must be finite");

@@ -39,10 +39,10 @@ std::int64_t table_chunk(const ExecutionSpace&) {
   return host ? 64 * 1024 : 4 * 1024;
 }
 
-// y[b, p, j] = x[b, p, j] + pe[p, j] for p < y.extent(1).
+// y[b, p, j] = s x[b, p, j] + pe[p, j] for p < y.extent(1).
 template <class ExecutionSpace, class T, class M>
 void learnable_pe_forward(const ExecutionSpace& exec, const Tensor3<const T, M>& x,
-                          const Tensor3<T, M>& y, const Tensor2<const T, M>& pe) {
+                          const Tensor3<T, M>& y, const Tensor2<const T, M>& pe, T s) {
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
   const int batch = y.extent(0);
   const std::int64_t n = std::int64_t(y.extent(1)) * y.extent(2);
@@ -62,15 +62,15 @@ void learnable_pe_forward(const ExecutionSpace& exec, const Tensor3<const T, M>&
           const T* const in = xp + b * x_stride + begin;
           T* const out = yp + b * n + begin;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                               [=](const int k) { out[k] = in[k] + t[k]; });
+                               [=](const int k) { out[k] = in[k] * s + t[k]; });
         }
       });
 }
 
-// y[b, p, j] = x[b, p, j] + (1 - t) pe[r0, j] + t pe[r1, j]   (InterpolationStencil of p).
+// y[b, p, j] = s x[b, p, j] + (1 - t) pe[r0, j] + t pe[r1, j]   (InterpolationStencil of p).
 template <class ExecutionSpace, class T, class M>
 void learnable_pe_forward_interpolated(const ExecutionSpace& exec, const Tensor3<const T, M>& x,
-                                       const Tensor3<T, M>& y, const Tensor2<const T, M>& pe) {
+                                       const Tensor3<T, M>& y, const Tensor2<const T, M>& pe, T s) {
   const int batch = y.extent(0), seq = y.extent(1), dim = y.extent(2);
   const int max_len = pe.extent(0);
   Kokkos::parallel_for(
@@ -78,10 +78,9 @@ void learnable_pe_forward_interpolated(const ExecutionSpace& exec, const Tensor3
       FlatPolicy<ExecutionSpace>(exec, 0, std::int64_t(seq) * dim),
       KOKKOS_LAMBDA(const std::int64_t i) {
         const int p = static_cast<int>(i / dim), j = static_cast<int>(i % dim);
-        const InterpolationStencil s(p, seq, max_len);
-        const T v = static_cast<T>((1.0 - s.t) * pe(s.r0, j) + s.t * pe(s.r1, j));
-        for (int b = 0; b < batch; ++b)
-          y(b, p, j) = x(b, p, j) + v;
+        const InterpolationStencil st(p, seq, max_len);
+        const T v = static_cast<T>((1.0 - st.t) * pe(st.r0, j) + st.t * pe(st.r1, j));
+        for (int b = 0; b < batch; ++b) y(b, p, j) = x(b, p, j) * s + v;
       });
 }
 
@@ -154,18 +153,18 @@ void learnable_pe_backward_interpolated(const ExecutionSpace& exec, const Tensor
       });
 }
 
-// dx[b, p, :] = dy[b, p, :] for p < dy.extent(1), 0 beyond (the truncated steps).
+// dx[b, p, :] = s dy[b, p, :] for p < dy.extent(1), 0 beyond (the truncated steps).
 template <class ExecutionSpace, class T, class M>
 void learnable_pe_backward_input(const ExecutionSpace& exec, const Tensor3<const T, M>& dy,
-                                 const Tensor3<T, M>& dx) {
-  if (dx.data() == dy.data() && dx.extent(1) == dy.extent(1)) return;
+                                 const Tensor3<T, M>& dx, T s) {
+  if (dx.data() == dy.data() && dx.extent(1) == dy.extent(1) && s == T(1)) return;
   const int out = dy.extent(1);
   Kokkos::parallel_for(
       "kformer::learnable_pe::backward_input",
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(
           exec, {0, 0, 0}, {long(dx.extent(0)), long(dx.extent(1)), long(dx.extent(2))}),
       KOKKOS_LAMBDA(const long b, const long p, const long j) {
-        dx(b, p, j) = p < out ? dy(b, p, j) : T(0);
+        dx(b, p, j) = p < out ? s * dy(b, p, j) : T(0);
       });
 }
 

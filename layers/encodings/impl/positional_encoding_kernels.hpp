@@ -1,6 +1,6 @@
 // Kernels of the fixed sinusoidal positional encoding.
 //
-// y[b, p, :] = (x[b, p, :] or 0) + PE[p, :], without materialising PE.
+// y[b, p, :] = (s x[b, p, :] or 0) + PE[p, :], without materialising PE.
 //
 // Evaluating sin/cos for every (position, frequency) costs far more than streaming the tensor
 // once, so each frequency is evaluated exactly (in double) only at anchor positions and carried to
@@ -47,6 +47,7 @@ struct PositionalEncodingFunctor {
   Kokkos::View<T***, Kokkos::LayoutRight, memory_space> y;
   Sinusoid sinusoid;
   double first_position;
+  T input_scale;        // y = input_scale * x + PE (TST scales the projected input by sqrt(d))
   int anchor_spacing;   // positions per anchor block
   int n_blocks;         // anchor blocks of positions
   int chunk_rows;       // rows of PE built in scratch at a time
@@ -121,12 +122,13 @@ struct PositionalEncodingFunctor {
 
       // The chunk of each batch element is one contiguous run of n_rows * dim values.
       const int n = n_rows * dim;
+      const T scale = input_scale;
       for (int b = b_begin; b < b_end; ++b) {
         T* const out = &y(b, chunk_begin, 0);
         if constexpr (kAddInput) {
           const T* const in = &x(b, chunk_begin, 0);
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
-                               [=](const int k) { out[k] = in[k] + pe[k]; });
+                               [=](const int k) { out[k] = in[k] * scale + pe[k]; });
         } else {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
                                [=](const int k) { out[k] = pe[k]; });
@@ -139,7 +141,7 @@ struct PositionalEncodingFunctor {
   static void launch(const char* label, const ExecutionSpace& exec,
                      const Kokkos::View<const T***, Kokkos::LayoutRight, memory_space>& x,
                      const Kokkos::View<T***, Kokkos::LayoutRight, memory_space>& y,
-                     const Sinusoid& sinusoid, double first_position) {
+                     const Sinusoid& sinusoid, double first_position, T input_scale = T(1)) {
     const int batch = static_cast<int>(y.extent(0));
     const int seq = static_cast<int>(y.extent(1));
     if (batch == 0 || seq == 0) return;
@@ -148,6 +150,7 @@ struct PositionalEncodingFunctor {
     f.y = y;
     f.sinusoid = sinusoid;
     f.first_position = first_position;
+    f.input_scale = input_scale;
     const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, memory_space>::accessible;
     f.anchor_spacing = host ? kHostAnchorSpacing : kDeviceAnchorSpacing;
     f.n_blocks = (seq + f.anchor_spacing - 1) / f.anchor_spacing;

@@ -1,0 +1,111 @@
+#include "tst_commands.hpp"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+
+namespace kformer::app {
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+}  // namespace
+
+data::SeriesSet load_dataset(const std::string& path, const DataOptions& o,
+                             const std::vector<std::string>& class_names) {
+  const std::string where = "kformer::load_dataset";
+  if (path.empty()) fail(where, "no data file given");
+  if (is_directory(path)) {
+    if (o.labels.empty()) fail(where, path, " is a directory: give its labels file with --labels");
+    data::CsvDirectoryOptions d;
+    d.time_column = o.time_column;
+    d.class_names = class_names;
+    d.regression = !o.target_columns.empty();
+    return data::read_csv_directory(path, o.labels, d);
+  }
+  if (ends_with(path, ".ts")) {
+    data::SeriesSet set = data::read_ts(path);
+    if (!class_names.empty() && set.is_classification() && set.class_names != class_names)
+      fail(where, path, " declares other classes than the training data");
+    return set;
+  }
+  if (ends_with(path, ".csv")) {
+    data::CsvOptions c;
+    c.id_column = o.id_column;
+    c.time_column = o.time_column;
+    c.label_column = o.label_column;
+    c.target_columns = o.target_columns;
+    c.class_names = class_names;
+    return data::read_csv(path, c);
+  }
+  fail(where, path, ": expected a .ts or .csv file, or a directory of .csv files");
+}
+
+TstConfig model_config(const ModelOptions& m, const data::SeriesSet& data, TstTask task) {
+  TstConfig c;
+  c.feat_dim = static_cast<int>(data.n_features);
+  c.max_len = static_cast<int>(data.max_len);
+  c.d_model = m.d_model;
+  c.n_heads = m.heads;
+  c.num_layers = m.layers;
+  c.dim_feedforward = m.dim_feedforward;
+  c.dropout = m.dropout;
+  c.activation = parse_activation(m.activation);
+  c.norm = parse_norm(m.norm);
+  c.norm_first = m.norm_first;
+  c.pos_encoding = parse_pos_encoding(m.pos_encoding);
+  c.projection = parse_projection(m.projection);
+  c.conv.kernel_size = m.conv_kernel;
+  c.task = task;
+  c.num_outputs = task == TstTask::Classification ? static_cast<int>(data.class_names.size())
+                  : task == TstTask::Regression   ? static_cast<int>(data.n_targets)
+                                                  : 0;
+  return c;
+}
+
+void apply_training_choices(TrainCliOptions& t) {
+  const std::string where = "kformer";
+  auto& o = t.training;
+  if (t.optimizer == "adam")
+    o.optimizer.kind = OptimizerKind::Adam;
+  else if (t.optimizer == "adamw")
+    o.optimizer.kind = OptimizerKind::AdamW;
+  else if (t.optimizer == "radam")
+    o.optimizer.kind = OptimizerKind::RAdam;
+  else
+    fail(where, "unknown optimizer '", t.optimizer, "' (expected adam, adamw or radam)");
+  if (t.mask_mode == "separate")
+    o.masking.mode = MaskMode::Separate;
+  else if (t.mask_mode == "concurrent")
+    o.masking.mode = MaskMode::Concurrent;
+  else
+    fail(where, "unknown mask mode '", t.mask_mode, "' (expected separate or concurrent)");
+  if (t.mask_distribution == "geometric")
+    o.masking.distribution = MaskDistribution::Geometric;
+  else if (t.mask_distribution == "bernoulli")
+    o.masking.distribution = MaskDistribution::Bernoulli;
+  else
+    fail(where, "unknown mask distribution '", t.mask_distribution,
+         "' (expected geometric or bernoulli)");
+  if (t.epochs < 0) fail(where, "--epochs must not be negative, got ", t.epochs);
+}
+
+std::string describe(const Evaluation& e, TstTask task) {
+  char text[160];
+  if (task == TstTask::Classification)
+    std::snprintf(text, sizeof text, "validation loss %.4f accuracy %.3f", e.loss, e.accuracy);
+  else if (task == TstTask::Regression)
+    std::snprintf(text, sizeof text, "validation MSE %.4f RMSE %.4f MAE %.4f", e.loss, e.rmse,
+                  e.mae);
+  else
+    std::snprintf(text, sizeof text, "validation masked MSE %.4f", e.loss);
+  return text;
+}
+
+}  // namespace kformer::app

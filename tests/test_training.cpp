@@ -1,0 +1,216 @@
+// The TST training pipeline: masked positions alone drive the pretraining loss, training lowers
+// the loss, checkpoints round-trip and a resumed run continues bit for bit, strict and
+// non-strict loading, and clear errors for checkpoints that do not fit.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include <Kokkos_Core.hpp>
+
+#include <kformer/data/lorenz96.hpp>
+#include <kformer/data/preprocess.hpp>
+#include <kformer/training/checkpoint.hpp>
+#include <kformer/training/tst_trainer.hpp>
+
+#include "support/test_support.hpp"
+
+using namespace kformer;
+using namespace kformer::testing;
+using Space = Kokkos::DefaultExecutionSpace;
+
+namespace {
+
+std::string temporary_directory() {
+  char name[] = "/tmp/kformer-training-XXXXXX";
+  return mkdtemp(name);
+}
+
+data::SeriesSet small_set(std::int64_t n, std::uint64_t seed) {
+  data::Lorenz96Options o;
+  o.n_variables = 4;
+  o.max_len = 16;
+  auto set = data::lorenz96_classification(n, seed, o);
+  data::Standardization::fit(set).apply(set);
+  return set;
+}
+
+TstConfig small_config(const data::SeriesSet& s, TstTask task) {
+  TstConfig c;
+  c.feat_dim = static_cast<int>(s.n_features);
+  c.max_len = static_cast<int>(s.max_len);
+  c.d_model = 8;
+  c.n_heads = 2;
+  c.num_layers = 2;
+  c.dim_feedforward = 16;
+  c.task = task;
+  c.num_outputs = task == TstTask::Classification ? static_cast<int>(s.class_names.size()) : 0;
+  c.seed = 3;
+  return c;
+}
+
+TrainingOptions small_training() {
+  TrainingOptions o;
+  o.batch_size = 8;
+  o.seed = 17;
+  return o;
+}
+
+std::vector<double> parameters_of(TimeSeriesTransformer<float, Space>& model) {
+  return host_values(model.parameters().values());
+}
+
+}  // namespace
+
+TEST_CASE("Pretraining scores only masked, observed values and lowers the masked MSE",
+          "[training]") {
+  auto train = small_set(48, 1);
+  TimeSeriesTransformer<float, Space> model(Space(), small_config(train, TstTask::Imputation));
+  TstTrainer<float, Space> trainer(Space(), model, small_training(), train);
+  const Evaluation before = trainer.evaluate(Space(), train);
+  // About 15 % of the observed values are masked and scored (test_losses checks that changing
+  // the targets of unmasked values leaves the loss unchanged).
+  std::int64_t observed = 0;
+  for (std::int64_t s = 0; s < train.n_series; ++s)
+    for (std::int64_t t = 0; t < train.lengths[s]; ++t)
+      for (std::int64_t f = 0; f < train.n_features; ++f)
+        observed += !std::isnan(train.value(s, t, f));
+  CHECK(before.values > 0.10 * observed);
+  CHECK(before.values < 0.20 * observed);
+  CHECK(std::isfinite(before.loss));
+  double first = 0, last = 0;
+  for (int epoch = 0; epoch < 6; ++epoch) {
+    const EpochStats s = trainer.train_epoch(Space(), train, epoch);
+    CHECK(std::isfinite(s.loss));
+    if (epoch == 0) first = s.loss;
+    last = s.loss;
+  }
+  const Evaluation after = trainer.evaluate(Space(), train);
+  CHECK(after.values == before.values);  // the same masked values are scored
+  CHECK(last < first);
+  CHECK(after.loss < 0.8 * before.loss);
+}
+
+TEST_CASE("Classification training beats the majority class on held-out data", "[training]") {
+  auto train = small_set(160, 2);
+  auto test = small_set(80, 3);
+  TimeSeriesTransformer<float, Space> model(Space(), small_config(train, TstTask::Classification));
+  TrainingOptions o = small_training();
+  o.batch_size = 16;
+  o.lr = 3e-3;
+  TstTrainer<float, Space> trainer(Space(), model, o, train);
+  for (int epoch = 0; epoch < 15; ++epoch)
+    trainer.train_epoch(Space(), train, epoch);
+  const Evaluation e = trainer.evaluate(Space(), test);
+  CHECK(e.series == 80);
+  CHECK(e.accuracy > 0.5);  // four balanced classes: the majority class is 0.25
+}
+
+TEST_CASE("Checkpoints round-trip, and a resumed run continues bit for bit",
+          "[training][checkpoint]") {
+  const auto train = small_set(40, 4);
+  const std::string dir = temporary_directory();
+  const auto make = [&]() {
+    return TimeSeriesTransformer<float, Space>(Space(),
+                                               small_config(train, TstTask::Classification));
+  };
+
+  // Uninterrupted: 4 epochs.
+  auto straight = make();
+  TstTrainer<float, Space> a(Space(), straight, small_training(), train);
+  for (int epoch = 0; epoch < 4; ++epoch)
+    a.train_epoch(Space(), train, epoch);
+
+  // Interrupted after 2 epochs, saved, loaded into fresh objects, 2 more epochs.
+  auto first_half = make();
+  TstTrainer<float, Space> b(Space(), first_half, small_training(), train);
+  for (int epoch = 0; epoch < 2; ++epoch)
+    b.train_epoch(Space(), train, epoch);
+  CheckpointInfo info;
+  info.class_names = train.class_names;
+  info.next_epoch = 2;
+  info.step = b.global_step();
+  save_checkpoint(dir, first_half, &b.optimizer(), info);
+
+  auto resumed = make();
+  TstTrainer<float, Space> c(Space(), resumed, small_training(), train);
+  const CheckpointInfo loaded = load_checkpoint(Space(), dir, resumed, &c.optimizer());
+  CHECK(bitwise_equal(parameters_of(resumed), parameters_of(first_half)));
+  CHECK(loaded.next_epoch == 2);
+  CHECK(loaded.class_names == train.class_names);
+  c.set_global_step(loaded.step);
+  for (int epoch = loaded.next_epoch; epoch < 4; ++epoch)
+    c.train_epoch(Space(), train, epoch);
+  CHECK(bitwise_equal(parameters_of(resumed), parameters_of(straight)));
+  // BatchNorm state resumed too.
+  int checked = 0;
+  resumed.visit_buffers([&](const std::string& name, auto& v) {
+    straight.visit_buffers([&](const std::string& other, auto& w) {
+      if (name == other) {
+        CHECK(bitwise_equal(host_values(v), host_values(w)));
+        ++checked;
+      }
+    });
+  });
+  CHECK(checked == 8);
+  // Save -> load -> evaluate gives identical predictions.
+  const auto predictions = a.predict(Space(), train);
+  auto reloaded = make();
+  load_checkpoint<float, Space>(Space(), dir, reloaded, nullptr);
+  TstTrainer<float, Space> d(Space(), reloaded, small_training(), train);
+  CHECK(bitwise_equal(std::vector<double>(predictions.begin(), predictions.end()), [&] {
+    auto p = c.predict(Space(), train);
+    return std::vector<double>(p.begin(), p.end());
+  }()));
+  std::remove((dir + "/model.safetensors").c_str());
+  std::remove((dir + "/config.json").c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("Loading a checkpoint into a model that does not fit fails with every mismatch listed",
+          "[training][checkpoint][errors]") {
+  const auto train = small_set(16, 5);
+  const std::string dir = temporary_directory();
+  auto imputer =
+      TimeSeriesTransformer<float, Space>(Space(), small_config(train, TstTask::Imputation));
+  save_checkpoint<float, Space>(dir, imputer, nullptr, CheckpointInfo{});
+
+  // A classifier's output layer differs: strict loading refuses and writes nothing.
+  auto classifier =
+      TimeSeriesTransformer<float, Space>(Space(), small_config(train, TstTask::Classification));
+  const auto before = parameters_of(classifier);
+  CHECK_THROWS_WITH((load_checkpoint<float, Space>(Space(), dir, classifier, nullptr)),
+                    Catch::Contains("does not match the model (strict load)") &&
+                        Catch::Contains("shape mismatches (1)") &&
+                        Catch::Contains("output_layer.weight: file (4, 8), model (4, 128)"));
+  CHECK(bitwise_equal(parameters_of(classifier), before));
+  // --change-output: everything but the output layer loads.
+  LoadOptions skip;
+  skip.skip_prefixes = {"output_layer."};
+  load_checkpoint<float, Space>(Space(), dir, classifier, nullptr, skip);
+  const auto after = parameters_of(classifier);
+  const auto source = parameters_of(imputer);
+  const std::int64_t encoder = classifier.output_layer_offset();
+  CHECK(bitwise_equal(std::vector<double>(after.begin(), after.begin() + encoder),
+                      std::vector<double>(source.begin(), source.begin() + encoder)));
+  // Non-strict: the mismatch is reported, the rest loads.
+  LoadOptions lenient;
+  lenient.strict = false;
+  const auto file = safetensors::File::read(dir + "/model.safetensors");
+  const LoadReport report = load_state_dict(Space(), classifier, file, lenient);
+  CHECK(report.mismatched.size() == 1);
+  CHECK(report.missing.empty());
+  // Fewer features than the checkpoint's model.
+  auto narrow_set = small_set(16, 6);
+  TstConfig narrow = small_config(narrow_set, TstTask::Imputation);
+  narrow.feat_dim = 3;
+  auto other = TimeSeriesTransformer<float, Space>(Space(), narrow);
+  CHECK_THROWS_WITH((load_checkpoint<float, Space>(Space(), dir, other, nullptr)),
+                    Catch::Contains("was trained on 4 features, the model has 3"));
+  std::remove((dir + "/model.safetensors").c_str());
+  std::remove((dir + "/config.json").c_str());
+  rmdir(dir.c_str());
+}

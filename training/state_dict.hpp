@@ -1,0 +1,200 @@
+// A model's weights by their PyTorch / TST state_dict names, in safetensors: saving, and loading
+// with PyTorch's strict and non-strict semantics. Both walk the model's one parameter walk
+// (visit_parameters) and its BatchNorm buffers, so names, shapes and order have one source.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <Kokkos_Core.hpp>
+
+#include "../core/error.hpp"
+#include "../core/safetensors.hpp"
+#include "../core/safetensors_kokkos.hpp"
+#include "../core/tensor.hpp"
+
+namespace kformer {
+
+struct LoadOptions {
+  bool strict = true;                       // every key present, none unexpected, shapes equal
+  std::vector<std::string> skip_prefixes;   // model keys left as they are ("output_layer.")
+  std::vector<std::string> other_prefixes;  // file keys that are not model state ("optimizer.")
+};
+
+struct LoadReport {
+  std::vector<std::string> loaded, missing, unexpected, mismatched, skipped;
+};
+
+namespace detail {
+
+inline bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// torch.compile saves "_orig_mod.<name>"; DataParallel "module.<name>".
+inline std::string strip_wrapper_prefix(const std::string& name) {
+  for (const char* prefix : {"_orig_mod.", "module."})
+    if (starts_with(name, prefix)) return name.substr(std::string(prefix).size());
+  return name;
+}
+
+// Same element count and the same extents once size-1 axes are dropped ((L, 1, d) = (L, d)).
+inline bool compatible_shapes(std::vector<std::int64_t> a, std::vector<std::int64_t> b) {
+  const auto squeeze = [](std::vector<std::int64_t>& v) {
+    v.erase(std::remove(v.begin(), v.end(), 1), v.end());
+  };
+  squeeze(a);
+  squeeze(b);
+  return a == b;
+}
+
+inline std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+// Copies a floating-point tensor of any dtype into a flat view of the same element count.
+template <class ViewType>
+void load_values(const safetensors::File& file, const std::string& name, const ViewType& view) {
+  using Value = typename ViewType::non_const_value_type;
+  if constexpr (std::is_same_v<Value, float>)
+    copy_to_view(file.to_float(name), view, "tensor '" + name + "'");
+  else
+    copy_to_view(file.to_double(name), view, "tensor '" + name + "'");
+}
+
+}  // namespace detail
+
+// Adds the model's parameters and BatchNorm state under their state_dict names to `writer`:
+// values in the model's scalar type, running statistics, num_batches_tracked as an int64 scalar,
+// and the computed tables TST keeps in its state_dict (so that PyTorch loads the file strictly).
+template <class ExecutionSpace, class Model>
+void add_state_dict(const ExecutionSpace& exec, safetensors::Writer& writer, Model& model) {
+  model.visit_parameters([&](const std::string& name, auto& p) {
+    const auto h = to_host(p.value);
+    writer.add(name, p.shape,
+               std::vector<typename decltype(h)::value_type>(h.data(), h.data() + h.size()));
+  });
+  model.visit_buffers([&](const std::string& name, auto& v) {
+    const auto h = to_host(v);
+    writer.add(name, {std::int64_t(h.size())},
+               std::vector<typename decltype(h)::value_type>(h.data(), h.data() + h.size()));
+  });
+  model.visit_batch_norms([&](const std::string& name, auto& bn) {
+    writer.add(name + ".num_batches_tracked", {},
+               std::vector<std::int64_t>{bn.num_batches_tracked()});
+  });
+  model.visit_computed_state(
+      exec, [&](const std::string& name, const std::vector<std::int64_t>& shape, const auto& v) {
+        const auto h = to_host(v);
+        writer.add(name, shape,
+                   std::vector<typename decltype(h)::value_type>(h.data(), h.data() + h.size()));
+      });
+}
+
+// Loads parameters and BatchNorm state from `file` into the model. Keys not in the model are
+// `unexpected` (TST's fixed-encoding buffer pos_enc.pe is accepted when the model computes its
+// encoding), model keys not in the file `missing`, shapes that differ (beyond size-1 axes)
+// `mismatched`. In strict mode any of these is one kformer::Error listing all of them, raised
+// before anything is written; otherwise the matching keys load and the report says the rest.
+template <class ExecutionSpace, class Model>
+LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safetensors::File& file,
+                           const LoadOptions& options = {}) {
+  const std::string where = "kformer::load_state_dict";
+  LoadReport report;
+  std::map<std::string, std::string> by_name;  // model key -> file key
+  for (const auto& info : file.tensors()) {
+    const std::string key = detail::strip_wrapper_prefix(info.name);
+    if (by_name.count(key))
+      fail(where, file.source(), ": both '", by_name[key], "' and '", info.name, "' name ", key);
+    by_name[key] = info.name;
+  }
+  std::set<std::string> used;
+  const auto skipped = [&](const std::string& name) {
+    for (const auto& prefix : options.skip_prefixes)
+      if (detail::starts_with(name, prefix)) return true;
+    return false;
+  };
+  // First pass: classify every key, so that a strict load fails before writing anything.
+  const auto classify = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+    if (skipped(name)) {
+      report.skipped.push_back(name);
+      if (by_name.count(name)) used.insert(name);
+      return false;
+    }
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      report.missing.push_back(name);
+      return false;
+    }
+    used.insert(name);
+    const auto& info = file.info(it->second);
+    if (!detail::compatible_shapes(info.shape, shape)) {
+      report.mismatched.push_back(name + ": file " + detail::shape_text(info.shape) + ", model " +
+                                  detail::shape_text(shape));
+      return false;
+    }
+    return true;
+  };
+  std::vector<std::string> to_load;
+  model.visit_parameters([&](const std::string& name, auto& p) {
+    if (classify(name, p.shape)) to_load.push_back(name);
+  });
+  model.visit_buffers([&](const std::string& name, auto& v) {
+    if (classify(name, {std::int64_t(v.size())})) to_load.push_back(name);
+  });
+  model.visit_batch_norms([&](const std::string& name, auto&) {
+    if (classify(name + ".num_batches_tracked", {}))
+      to_load.push_back(name + ".num_batches_tracked");
+  });
+  for (const auto& [key, file_name] : by_name) {
+    if (used.count(key)) continue;
+    if (std::any_of(options.other_prefixes.begin(), options.other_prefixes.end(),
+                    [&](const std::string& p) { return detail::starts_with(key, p); }))
+      continue;
+    if (key == "pos_enc.pe" && !model.has_learnable_positional_encoding())
+      continue;  // a fixed table
+    report.unexpected.push_back(file_name);
+  }
+  if (options.strict &&
+      (!report.missing.empty() || !report.unexpected.empty() || !report.mismatched.empty())) {
+    std::string message;
+    const auto list = [&](const char* what, const std::vector<std::string>& keys) {
+      if (keys.empty()) return;
+      message += std::string("\n  ") + what + " (" + std::to_string(keys.size()) + "):";
+      for (const auto& k : keys)
+        message += "\n    " + k;
+    };
+    list("missing keys", report.missing);
+    list("unexpected keys", report.unexpected);
+    list("shape mismatches", report.mismatched);
+    fail(where, file.source(), " does not match the model (strict load):", message);
+  }
+
+  // Second pass: copy.
+  const auto wanted = [&](const std::string& name) {
+    return std::find(to_load.begin(), to_load.end(), name) != to_load.end();
+  };
+  model.visit_parameters([&](const std::string& name, auto& p) {
+    if (wanted(name)) detail::load_values(file, by_name[name], p.value);
+  });
+  model.visit_buffers([&](const std::string& name, auto& v) {
+    if (wanted(name)) detail::load_values(file, by_name[name], v);
+  });
+  model.visit_batch_norms([&](const std::string& name, auto& bn) {
+    const std::string key = name + ".num_batches_tracked";
+    if (wanted(key)) bn.set_num_batches_tracked(file.to_int64(by_name[key]).at(0));
+  });
+  exec.fence();
+  report.loaded = to_load;
+  return report;
+}
+
+}  // namespace kformer
