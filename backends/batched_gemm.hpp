@@ -13,7 +13,6 @@
 #include <string>
 #include <type_traits>
 
-#include <KokkosKernels_config.h>
 #include <Kokkos_Core.hpp>
 
 #include "../core/compat.hpp"

@@ -2,7 +2,8 @@
 // (activations seen as (batch*seq, feature) matrices, weights in PyTorch's (out, in) layout).
 //
 // It runs on the given execution space through KokkosBlas::gemm, which hands host memory to the
-// BLAS TPL (OpenBLAS) and device memory to cuBLAS/rocBLAS where Kokkos Kernels has them.
+// BLAS TPL (OpenBLAS) and device memory to cuBLAS/rocBLAS where Kokkos Kernels has them; without
+// Kokkos Kernels (KFORMER_ENABLE_KOKKOS_KERNELS off) through kformer's own Kokkos kernel.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +19,12 @@ namespace kformer::backends {
 
 enum class Op { N, T };  // op(X) = X or X^T
 
-// C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C.   beta = 0 ignores C's old contents (NaN
-// too).
-template <class ExecutionSpace, class AViewType, class BViewType, class CViewType>
-void gemm(const ExecutionSpace& exec, Op op_a, Op op_b, typename CViewType::const_value_type alpha,
-          const AViewType& A, const BViewType& B, typename CViewType::const_value_type beta,
-          const CViewType& C) {
+namespace detail {
+
+// The checks of gemm and gemm_native; false when C is empty (nothing to do).
+template <class AViewType, class BViewType, class CViewType>
+bool check_gemm(const std::string& where, Op op_a, Op op_b, const AViewType& A, const BViewType& B,
+                const CViewType& C) {
   static_assert(compat::rank_v<AViewType> == 2 && compat::rank_v<BViewType> == 2 &&
                     compat::rank_v<CViewType> == 2,
                 "kformer::backends::gemm takes 2-D views");
@@ -31,7 +32,6 @@ void gemm(const ExecutionSpace& exec, Op op_a, Op op_b, typename CViewType::cons
                     std::is_same_v<typename BViewType::array_layout, Kokkos::LayoutRight> &&
                     std::is_same_v<typename CViewType::array_layout, Kokkos::LayoutRight>,
                 "kformer::backends::gemm takes LayoutRight views");
-  const std::string where = "kformer::backends::gemm";
   const std::int64_t m = op_a == Op::N ? A.extent(0) : A.extent(1);
   const std::int64_t k = op_a == Op::N ? A.extent(1) : A.extent(0);
   const std::int64_t kb = op_b == Op::N ? B.extent(0) : B.extent(1);
@@ -45,8 +45,30 @@ void gemm(const ExecutionSpace& exec, Op op_a, Op op_b, typename CViewType::cons
          C.span(), " for sizes ", A.size(), ", ", B.size(), ", ", C.size(), ")");
   check_distinct(where, "A", A, "C", C);
   check_distinct(where, "B", B, "C", C);
-  if (m == 0 || n == 0) return;
-  impl::gemm(exec, op_a == Op::T, op_b == Op::T, alpha, A, B, beta, C);
+  return m != 0 && n != 0;
+}
+
+}  // namespace detail
+
+// C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C.   beta = 0 ignores C's old contents (NaN
+// too).
+template <class ExecutionSpace, class AViewType, class BViewType, class CViewType>
+void gemm(const ExecutionSpace& exec, Op op_a, Op op_b, typename CViewType::const_value_type alpha,
+          const AViewType& A, const BViewType& B, typename CViewType::const_value_type beta,
+          const CViewType& C) {
+  if (!detail::check_gemm("kformer::backends::gemm", op_a, op_b, A, B, C)) return;
+  impl::gemm<false>(exec, op_a == Op::T, op_b == Op::T, alpha, A, B, beta, C);
+}
+
+// The same product through kformer's Kokkos-native kernel, which gemm uses when kformer is built
+// without Kokkos Kernels. Callable directly so that the tests keep it correct on every backend of
+// builds that do have Kokkos Kernels.
+template <class ExecutionSpace, class AViewType, class BViewType, class CViewType>
+void gemm_native(const ExecutionSpace& exec, Op op_a, Op op_b,
+                 typename CViewType::const_value_type alpha, const AViewType& A, const BViewType& B,
+                 typename CViewType::const_value_type beta, const CViewType& C) {
+  if (!detail::check_gemm("kformer::backends::gemm_native", op_a, op_b, A, B, C)) return;
+  impl::gemm<true>(exec, op_a == Op::T, op_b == Op::T, alpha, A, B, beta, C);
 }
 
 }  // namespace kformer::backends

@@ -4,8 +4,10 @@
 // that moved between those versions is reached through the names below, never directly.
 #pragma once
 
-#include <KokkosKernels_config.h>
 #include <Kokkos_Core.hpp>
+#if defined(KFORMER_ENABLE_KOKKOS_KERNELS)
+#include <KokkosKernels_config.h>
+#endif
 
 namespace kformer::compat {
 

@@ -35,7 +35,7 @@ template <std::size_t N>
 std::string shape_string(const std::array<std::int64_t, N>& extents) {
   std::ostringstream os;
   os << '(';
-  for (std::size_t i = 0; i < N; ++i) {
+  for (std::size_t i = 0; i < extents.size(); ++i) {
     if (i) os << ", ";
     if (extents[i] < 0)
       os << '*';

@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
 # Configures and builds kformer against the bootstrap's dependencies (installing them first on a
-# fresh Debian machine). Used by scripts/run and scripts/test.
+# fresh Debian machine). Used by scripts/run, scripts/test, scripts/compile-check and
+# scripts/gpu-check.
 #
-#   scripts/build.sh [BUILD_DIR] [extra cmake arguments...]      (default: build)
+#   [KFORMER_VARIANT=host|cuda|hip] scripts/build.sh [BUILD_DIR] [extra cmake arguments...]
+#
+# The variant is the bootstrap's (default host): cuda compiles with Kokkos' nvcc_wrapper, hip with
+# hipcc and without Kokkos Kernels (kformer's own GEMM kernel). KFORMER_TARGETS (space-separated)
+# limits the build to those targets.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build}
 shift || true
-prefix=$("$root/cmake/bootstrap.sh" host)
+variant=${KFORMER_VARIANT:-host}
+prefix=$("$root/cmake/bootstrap.sh" "$variant")
+variant_args=()
+case "$variant" in
+  cuda)
+    # nvcc_wrapper finds nvcc through CUDA_ROOT, also when ninja re-runs it later from this shell.
+    export CUDA_ROOT=${CUDA_ROOT:-/usr/local/cuda}
+    variant_args=(-DCMAKE_CXX_COMPILER="$prefix/bin/nvcc_wrapper")
+    ;;
+  hip) variant_args=(-DCMAKE_CXX_COMPILER=hipcc -DKFORMER_ENABLE_KOKKOS_KERNELS=OFF) ;;
+esac
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DKFORMER_DEPS_PREFIX="$prefix" "$@" >&2
-cmake --build "$build" -j "${KFORMER_JOBS:-$(nproc)}" >&2
+  -DKFORMER_DEPS_PREFIX="$prefix" "${variant_args[@]}" "$@" >&2
+targets=()
+for t in ${KFORMER_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" -j "${KFORMER_JOBS:-$(nproc)}" "${targets[@]}" >&2

@@ -1,5 +1,6 @@
 // Catch2 runner for kformer's tests: Kokkos is initialised once for the whole process, after
-// Catch has parsed its own arguments (so that listing tests needs no Kokkos).
+// Catch has parsed its own arguments (so that listing tests, tags or reporters needs no Kokkos:
+// CTest's test discovery lists them at build time, also on machines without the build's GPU).
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -11,7 +12,7 @@ int main(int argc, char* argv[]) {
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
   if (session.configData().listTests || session.configData().listTestNamesOnly ||
-      session.configData().listTags)
+      session.configData().listTags || session.configData().listReporters)
     return session.run();
   Kokkos::initialize(argc, argv);
   kformer::testing::AllocationCounter::install();

@@ -1,5 +1,7 @@
 // The GEMM entry point against a naive host product, for every transpose combination, both
-// scalar types and every backend; edge cases and errors.
+// scalar types and every backend; edge cases and errors. The same checks run on gemm_native, the
+// Kokkos-native kernel that gemm falls back on in builds without Kokkos Kernels (HIP from Debian),
+// so that it stays correct in the builds that do have them.
 #include <catch2/catch.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -29,9 +31,22 @@ std::vector<double> naive_gemm(bool ta, bool tb, int m, int n, int k, double alp
   return c;
 }
 
-template <class T, class Space>
-void check_products(double tolerance) {
-  const int m = 37, n = 29, k = 53;
+// The two entry points, as types for the test templates.
+struct ViaGemm {
+  template <class... Args>
+  void operator()(const Args&... args) const {
+    backends::gemm(args...);
+  }
+};
+struct ViaNative {
+  template <class... Args>
+  void operator()(const Args&... args) const {
+    backends::gemm_native(args...);
+  }
+};
+
+template <class T, class Space, class Via = ViaGemm>
+void check_products(double tolerance, int m = 37, int n = 29, int k = 53) {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (double beta : {0.0, 0.5}) {
@@ -41,7 +56,7 @@ void check_products(double tolerance) {
         const auto A = ta ? device_from<T, Space>(a, k, m) : device_from<T, Space>(a, m, k);
         const auto B = tb ? device_from<T, Space>(b, n, k) : device_from<T, Space>(b, k, n);
         auto C = device_from<T, Space>(c, m, n);
-        backends::gemm(Space(), ta ? Op::T : Op::N, tb ? Op::T : Op::N, T(1.5), A, B, T(beta), C);
+        Via()(Space(), ta ? Op::T : Op::N, tb ? Op::T : Op::N, T(1.5), A, B, T(beta), C);
         CHECK(max_rel_diff(host_values(C), naive_gemm(ta, tb, m, n, k, 1.5, a, b, beta, c)) <=
               tolerance);
       }
@@ -55,26 +70,48 @@ TEMPLATE_LIST_TEST_CASE("gemm matches a naive product", "[backends][gemm]",
   check_products<float, TestType>(1e-6);
 }
 
-TEMPLATE_LIST_TEST_CASE("gemm with beta = 0 ignores C, and k = 0 scales C", "[backends][gemm]",
+TEMPLATE_LIST_TEST_CASE("gemm_native matches a naive product", "[backends][gemm][native]",
                         backends::EnabledSpaces) {
-  using Space = TestType;
+  check_products<double, TestType, ViaNative>(1e-14);
+  check_products<float, TestType, ViaNative>(1e-6);
+  // Several tiles in every direction, partial ones at the edges; a single element.
+  check_products<double, TestType, ViaNative>(1e-14, 70, 65, 100);
+  check_products<float, TestType, ViaNative>(1e-6, 1, 1, 1);
+}
+
+namespace {
+
+template <class Space, class Via>
+void check_beta_and_empty_k() {
   using M = MemorySpaceOf<Space>;
   const auto a = random_values(4 * 3, 1), b = random_values(3 * 5, 2);
   auto C = device_from<double, Space>(std::vector<double>(20, std::nan("")), 4, 5);
-  backends::gemm(Space(), Op::N, Op::N, 1.0, device_from<double, Space>(a, 4, 3),
-                 device_from<double, Space>(b, 3, 5), 0.0, C);
+  Via()(Space(), Op::N, Op::N, 1.0, device_from<double, Space>(a, 4, 3),
+        device_from<double, Space>(b, 3, 5), 0.0, C);
   CHECK(max_rel_diff(host_values(C), naive_gemm(false, false, 4, 5, 3, 1.0, a, b, 0.0,
                                                 std::vector<double>(20, 0.0))) <= 1e-14);
   Tensor2<double, M> A0("A0", 4, 0), B0("B0", 0, 5);
   auto C2 = device_from<double, Space>(std::vector<double>(20, 2.0), 4, 5);
-  backends::gemm(Space(), Op::N, Op::N, 1.0, A0, B0, 0.25, C2);
+  Via()(Space(), Op::N, Op::N, 1.0, A0, B0, 0.25, C2);
   for (double v : host_values(C2))
     REQUIRE(v == 0.5);
-  backends::gemm(Space(), Op::N, Op::N, 1.0, A0, B0, 0.0, C2);
+  Via()(Space(), Op::N, Op::N, 1.0, A0, B0, 0.0, C2);
   for (double v : host_values(C2))
     REQUIRE(v == 0.0);
   Tensor2<double, M> E("E", 0, 3), F("F", 3, 5), G("G", 0, 5);
-  backends::gemm(Space(), Op::N, Op::N, 1.0, E, F, 0.0, G);  // empty output: nothing to do
+  Via()(Space(), Op::N, Op::N, 1.0, E, F, 0.0, G);  // empty output: nothing to do
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("gemm with beta = 0 ignores C, and k = 0 scales C", "[backends][gemm]",
+                        backends::EnabledSpaces) {
+  SECTION("gemm") {
+    check_beta_and_empty_k<TestType, ViaGemm>();
+  }
+  SECTION("gemm_native") {
+    check_beta_and_empty_k<TestType, ViaNative>();
+  }
 }
 
 TEMPLATE_LIST_TEST_CASE("gemm reports mismatched shapes and aliasing", "[backends][gemm][errors]",

@@ -1,17 +1,21 @@
-// Implementation of backends::gemm: dispatch to Kokkos Kernels on the caller's execution space.
+// Implementation of backends::gemm: Kokkos Kernels on the caller's execution space where kformer
+// is built with it, the Kokkos-native kernel of gemm_native.hpp otherwise.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
-#include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
+#if defined(KFORMER_ENABLE_KOKKOS_KERNELS)
+#include <KokkosBlas3_gemm.hpp>
+#endif
 
 #if defined(KOKKOS_ENABLE_OPENMP) && defined(_OPENMP)
 #include <omp.h>
 #endif
 
 #include "../../core/compat.hpp"
+#include "gemm_native.hpp"
 
 namespace kformer::backends::impl {
 
@@ -39,10 +43,14 @@ class HostBlasThreads {
   HostBlasThreads& operator=(const HostBlasThreads&) = delete;
 
  private:
+#if defined(KOKKOS_ENABLE_OPENMP) && defined(_OPENMP)
   int saved_ = 0;
+#endif
 };
 
-template <class ExecutionSpace, class T, class AViewType, class BViewType, class CViewType>
+// kNative selects the Kokkos-native kernel even where Kokkos Kernels is available.
+template <bool kNative, class ExecutionSpace, class T, class AViewType, class BViewType,
+          class CViewType>
 void gemm(const ExecutionSpace& exec, bool trans_a, bool trans_b, T alpha, const AViewType& A,
           const BViewType& B, T beta, const CViewType& C) {
   using memory_space = typename ExecutionSpace::memory_space;
@@ -68,17 +76,26 @@ void gemm(const ExecutionSpace& exec, bool trans_a, bool trans_b, T alpha, const
         });
     return;
   }
-  const char* op_a = trans_a ? "T" : "N";
-  const char* op_b = trans_b ? "T" : "N";
-  const HostBlasThreads threads(exec);
-  if constexpr (compat::kernels_blas_takes_instance) {
-    KokkosBlas::gemm(exec, op_a, op_b, alpha, a, b, beta, c);
-  } else {
-    // Runs on the default instance: order it after the caller's work and before what follows.
-    exec.fence();
-    KokkosBlas::gemm(op_a, op_b, alpha, a, b, beta, c);
-    ExecutionSpace().fence();
+#if defined(KFORMER_ENABLE_KOKKOS_KERNELS)
+  if constexpr (!kNative) {
+    const char* op_a = trans_a ? "T" : "N";
+    const char* op_b = trans_b ? "T" : "N";
+    const HostBlasThreads threads(exec);
+    if constexpr (compat::kernels_blas_takes_instance) {
+      KokkosBlas::gemm(exec, op_a, op_b, alpha, a, b, beta, c);
+    } else {
+      // Runs on the default instance: order it after the caller's work and before what follows.
+      exec.fence();
+      KokkosBlas::gemm(op_a, op_b, alpha, a, b, beta, c);
+      ExecutionSpace().fence();
+    }
+    return;
   }
+#endif
+  native_gemm<ExecutionSpace, value_type>(
+      exec, trans_a, trans_b, static_cast<value_type>(alpha), a.data(), a.extent(1), b.data(),
+      b.extent(1), static_cast<value_type>(beta), c.data(), c.extent(1),
+      static_cast<int>(c.extent(0)), static_cast<int>(c.extent(1)), static_cast<int>(k));
 }
 
 }  // namespace kformer::backends::impl
