@@ -36,6 +36,7 @@
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
+#include "impl/attention_kernels.hpp"
 #include "linear.hpp"
 
 namespace kformer {
@@ -135,7 +136,9 @@ class MultiHeadAttention {
     backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::T, scale,
                                               head_view(qkv.data(), 0), head_view(qkv.data(), d),
                                               T(0), score_view(probs.data()), batch, h);
-    softmax_forward(exec, probs, dropped, key_padding_mask, attn_mask, ctx.step);
+    impl::attention_softmax_forward(exec, probs.data(), dropped.data(), batch, h, seq, key_padding_mask,
+                                    attn_mask, dropout_active_, DropoutDecisions(seed_, ctx.step, dropout_),
+                                    static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0));
     // O_h = P~ V_h, written into the head's columns of context.
     backends::gemm_batched<ExecutionSpace, T>(
         exec, backends::Op::N, backends::Op::N, T(1), score_view(dropped.data()),
@@ -169,7 +172,10 @@ class MultiHeadAttention {
     backends::gemm_batched<ExecutionSpace, T>(
         exec, backends::Op::T, backends::Op::N, T(1), score_view(dropped.data()),
         context_head_view(d_context.data()), T(0), head_view(d_qkv.data(), 2 * d), batch, h);
-    softmax_backward(exec, probs, dropped, d_probs);
+    impl::attention_softmax_backward(exec, probs.data(), dropped.data(), d_probs.data(),
+                                     std::int64_t(batch) * h * seq, seq, dropout_active_,
+                                     static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0),
+                                     static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_))));
     // dQ = dA K and dK = dA^T Q (dA already carries the 1/sqrt(dh) scale).
     backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::N, T(1),
                                               score_view(d_probs.data()), head_view(qkv.data(), d),
@@ -204,104 +210,6 @@ class MultiHeadAttention {
     return {s, seq_, seq_, seq_, heads_ * square, square};
   }
 
- public:
-  // Public only because nvcc accepts a device lambda (KOKKOS_LAMBDA) only in a member function
-  // that is not private; not part of the interface.
-  // probs <- softmax(probs + attn_mask, masked keys excluded); dropped <- dropout(probs).
-  void softmax_forward(const ExecutionSpace& exec, const Tensor4<T, memory_space>& probs,
-                       const Tensor4<T, memory_space>& dropped, const Mask& key_padding_mask,
-                       const ConstMatrix& attn_mask, std::uint64_t step) const {
-    const int batch = batch_, h = heads_, seq = seq_;
-    const bool has_kpm = key_padding_mask.data() != nullptr, has_mask = attn_mask.data() != nullptr;
-    const bool drop = dropout_active_;
-    const double p = dropout_;
-    const T keep_scale = static_cast<T>(drop ? 1.0 / (1.0 - p) : 1.0);
-    const Philox4x32 rng(seed_);
-    const std::uint64_t stream = step;
-    const std::int64_t rows = std::int64_t(batch) * h * seq;
-    Kokkos::parallel_for(
-        "kformer::attention::softmax_fwd",
-        Kokkos::TeamPolicy<ExecutionSpace>(exec, rows, Kokkos::AUTO),
-        KOKKOS_LAMBDA(const member_type& team) {
-          const std::int64_t row = team.league_rank();
-          const int b = static_cast<int>(row / (std::int64_t(h) * seq));
-          const int i = static_cast<int>(row % seq);
-          T* const a = probs.data() + row * seq;
-          T* const out = dropped.data() + row * seq;
-          const auto masked = [=](const int j) { return has_kpm && key_padding_mask(b, j); };
-          const auto score = [=](const int j) { return has_mask ? a[j] + attn_mask(i, j) : a[j]; };
-          // No unmasked finite score leaves the maximum at Max's identity, the lowest finite T.
-          const T lowest = Kokkos::reduction_identity<T>::max();
-          T max_score = lowest;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, seq),
-              [=](const int j, T& m) {
-                const T s = score(j);
-                if (!masked(j) && s > m) m = s;
-              },
-              Kokkos::Max<T>(max_score));
-          const bool none = !(max_score > lowest);
-          // e_j = exp(score_j - max) is stored in place while summing; each thread then
-          // normalises the entries it wrote (same split of the range: no barrier needed).
-          T sum = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, seq),
-              [=](const int j, T& s) {
-                const T e = none || masked(j) ? T(0) : math::exp(score(j) - max_score);
-                a[j] = e;
-                s += e;
-              },
-              sum);
-          const T inv = none ? T(0) : T(1) / sum;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [=](const int j) { a[j] *= inv; });
-          if (drop) {
-            // One Philox evaluation decides four consecutive entries of the row.
-            team.team_barrier();
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (seq + 3) / 4), [=](const int g) {
-              std::uint32_t words[4];
-              rng.words(static_cast<std::uint64_t>(row) * ((seq + 3) / 4) + g, stream, words);
-              for (int w = 0; w < 4 && 4 * g + w < seq; ++w) {
-                const int j = 4 * g + w;
-                out[j] = uniform01(words[w]) >= p ? a[j] * keep_scale : T(0);
-              }
-            });
-          }
-        });
-  }
-
-  // d_probs <- dA = P * (dP - rowsum(dP * P)) / sqrt(dh), with dP = dP~ * mask / (1 - p).
-  void softmax_backward(const ExecutionSpace& exec, const Tensor4<T, memory_space>& probs,
-                        const Tensor4<T, memory_space>& dropped,
-                        const Tensor4<T, memory_space>& d_probs) const {
-    const int seq = seq_;
-    const bool drop = dropout_active_;
-    const T keep_scale = static_cast<T>(drop ? 1.0 / (1.0 - dropout_) : 1.0);
-    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_)));
-    const std::int64_t rows = std::int64_t(batch_) * heads_ * seq;
-    Kokkos::parallel_for(
-        "kformer::attention::softmax_bwd",
-        Kokkos::TeamPolicy<ExecutionSpace>(exec, rows, Kokkos::AUTO),
-        KOKKOS_LAMBDA(const member_type& team) {
-          const std::int64_t row = team.league_rank();
-          const T* const pr = probs.data() + row * seq;
-          const T* const kept = dropped.data() + row * seq;
-          T* const g = d_probs.data() + row * seq;
-          // A dropped entry has P~ = 0; where P~ = 0 but P > 0 the entry was dropped (P = 0 gives
-          // a zero gradient either way).
-          const auto dp = [=](const int j) {
-            return drop ? (kept[j] != T(0) ? g[j] * keep_scale : T(0)) : g[j];
-          };
-          T dot = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, seq), [=](const int j, T& s) { s += dp(j) * pr[j]; },
-              dot);
-          team.team_barrier();
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
-                               [=](const int j) { g[j] = scale * pr[j] * (dp(j) - dot); });
-        });
-  }
-
- private:
   std::string name_ = "kformer::MultiHeadAttention";
   int d_ = 0, heads_ = 1;
   double dropout_ = 0.0;

@@ -1,15 +1,15 @@
-// Dropout with masks drawn from the counter-based generator.
+// Dropout with masks drawn from a counter-based hash.
 //
-//   training:  y = x * m / (1 - p),  m_i = [u(seed, step, i) >= p]     backward: dx = dy * m / (1 -
-//   p) eval:      y = x                                                   backward: dx = dy
+//   training:  y = x * m / (1 - p),  m_i = [u(seed, step, i) >= p]
+//              backward: dx = dy * m / (1 - p)
+//   eval:      y = x,  backward: dx = dy
 //
-// u is Philox4x32-10 of (element index / 4, step) under the layer's seed (word index % 4 of the
-// result), so a mask depends only on
-// the seed, the training step and the element: the same on every backend and thread count, and
-// the same again when a run resumes at that step. The mask is kept (one byte per element) for
-// backward.
+// u is a function of (seed, training step, element) only (see DropoutDecisions): the same on
+// every backend and thread count, and the same again when a run resumes at that step. The mask
+// is kept (one byte per element) for backward.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -23,6 +23,32 @@
 #include "elementwise.hpp"
 
 namespace kformer {
+
+// Keep/drop decisions for element 4 g + w: the w-th 16 bits of a 64-bit hash of (seed, step, g)
+// compared with p 2^16 (u >= p for u uniform at 16-bit resolution). The hash is splitmix64's
+// finaliser, whose outputs on consecutive counters pass BigCrush: plenty for dropout, and several
+// times cheaper than Philox (the element count of a training step makes this the hot loop).
+struct DropoutDecisions {
+  std::uint64_t key;
+  std::uint32_t threshold;  // ceil(p 2^16)
+
+  DropoutDecisions(std::uint64_t seed, std::uint64_t step, double p)
+      : key(mix(seed ^ mix(step + 0x632BE59BD9B4E019ull))),
+        threshold(static_cast<std::uint32_t>(std::ceil(p * 65536.0))) {}
+
+  KOKKOS_INLINE_FUNCTION static std::uint64_t mix(std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  KOKKOS_INLINE_FUNCTION void keep4(std::uint64_t group, bool keep[4]) const {
+    const std::uint64_t h = mix(key + group * 0x9E3779B97F4A7C15ull);
+    keep[0] = (h & 0xFFFFu) >= threshold;
+    keep[1] = ((h >> 16) & 0xFFFFu) >= threshold;
+    keep[2] = ((h >> 32) & 0xFFFFu) >= threshold;
+    keep[3] = (h >> 48) >= threshold;
+  }
+};
 
 template <class T, class ExecutionSpace>
 class Dropout {
@@ -54,25 +80,35 @@ class Dropout {
       return;
     }
     std::uint8_t* const mask = mask_.view(n).data();
-    const Philox4x32 rng(seed_);
-    const std::uint64_t stream = ctx.step;
-    const double p = p_;
+    const DropoutDecisions decide(seed_, ctx.step, p_);
     const T scale = static_cast<T>(1.0 / (1.0 - p_));
-    // One Philox evaluation gives the words of four consecutive elements.
+    // Whole groups of four in the main loop (straight-line code), the last partial group alone.
+    const std::int64_t full = n / 4;
     Kokkos::parallel_for(
         "kformer::dropout::forward",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, (n + 3) / 4),
-        KOKKOS_LAMBDA(const std::int64_t group) {
-          std::uint32_t words[4];
-          rng.words(static_cast<std::uint64_t>(group), stream, words);
-          for (int w = 0; w < 4; ++w) {
-            const std::int64_t i = 4 * group + w;
-            if (i >= n) break;
-            const bool keep = uniform01(words[w]) >= p;
-            mask[i] = keep ? 1 : 0;
-            out[i] = keep ? in[i] * scale : T(0);
-          }
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, full),
+        KOKKOS_LAMBDA(const std::int64_t g) {
+          bool keep[4];
+          decide.keep4(static_cast<std::uint64_t>(g), keep);
+          const std::int64_t i = 4 * g;
+          mask[i] = keep[0], mask[i + 1] = keep[1], mask[i + 2] = keep[2], mask[i + 3] = keep[3];
+          out[i] = keep[0] ? in[i] * scale : T(0);
+          out[i + 1] = keep[1] ? in[i + 1] * scale : T(0);
+          out[i + 2] = keep[2] ? in[i + 2] * scale : T(0);
+          out[i + 3] = keep[3] ? in[i + 3] * scale : T(0);
         });
+    if (n % 4 != 0)  // the last, partial group
+      Kokkos::parallel_for(
+          "kformer::dropout::forward_tail",
+          Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, full, full + 1),
+          KOKKOS_LAMBDA(const std::int64_t g) {
+            bool keep[4];
+            decide.keep4(static_cast<std::uint64_t>(g), keep);
+            for (std::int64_t i = 4 * g; i < n; ++i) {
+              mask[i] = keep[i - 4 * g];
+              out[i] = keep[i - 4 * g] ? in[i] * scale : T(0);
+            }
+          });
   }
 
   // dx = dy * m / (1 - p) after a training forward, dx = dy otherwise; dx may be dy.

@@ -58,6 +58,10 @@ class TransformerEncoder {
     for (auto& l : layers_)
       l.zero_grad(exec);
   }
+  // Every layer checks its blocks' outputs and gradients for NaN/Inf (see TransformerEncoderLayer).
+  void set_finite_checks(bool on) {
+    for (auto& l : layers_) l.set_finite_checks(on);
+  }
 
   // y = layers[L-1](... layers[0](x)).   x, y: (B, S, d), distinct
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,

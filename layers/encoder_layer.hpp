@@ -17,6 +17,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../core/error.hpp"
+#include "../core/finite.hpp"
 #include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
@@ -109,25 +110,37 @@ class TransformerEncoderLayer {
     const auto f = f_.view(n, d);
     if (!options_.norm_first) {
       self_attn_.forward(exec, ctx, x, a, key_padding_mask, attn_mask);
+      check(exec, a, "self_attn", "forward");
       dropout1_.forward(exec, ctx, a, a);
       add(exec, xm, as_matrix(a), r1);
       norm1_.forward(exec, ctx, r1, x1);
+      check(exec, x1, "norm1", "forward");
       ff_.forward(exec, ctx, x1, f);
+      check(exec, f, "ff", "forward");
       dropout2_.forward(exec, ctx, f, f);
       add(exec, x1, f, r1_2());
       norm2_.forward(exec, ctx, r1_2(), ym);
+      check(exec, ym, "norm2", "forward");
     } else {
       const auto n1 = x1_.view(batch, seq, d);  // norm1(x)
       norm1_.forward(exec, ctx, xm, as_matrix(n1));
+      check(exec, n1, "norm1", "forward");
       self_attn_.forward(exec, ctx, n1, a, key_padding_mask, attn_mask);
+      check(exec, a, "self_attn", "forward");
       dropout1_.forward(exec, ctx, a, a);
       add(exec, xm, as_matrix(a), r1);        // x1 = x + dropout1(attn(norm1(x)))
       norm2_.forward(exec, ctx, r1, r1_2());  // norm2(x1)
+      check(exec, r1_2(), "norm2", "forward");
       ff_.forward(exec, ctx, r1_2(), f);
+      check(exec, f, "ff", "forward");
       dropout2_.forward(exec, ctx, f, f);
       add(exec, r1, f, ym);
     }
   }
+
+  // With checks on, forward and backward verify the output (or input gradient) of every block
+  // and stop with the first block that produced a NaN or Inf (one reduction per block).
+  void set_finite_checks(bool on) { check_finite_ = on; }
 
   // dx = d layer / dx; parameter gradients accumulate.   x: the forward's input; dy, dx: (B, S, d)
   void backward(const ExecutionSpace& exec, const ConstTensor3& x, const ConstTensor3& dy,
@@ -161,23 +174,34 @@ class TransformerEncoderLayer {
       const auto n1 = x1_.view(batch, seq, d);
       dropout2_.backward(exec, dym, g1);   // g1 = df
       ff_.backward(exec, r1_2(), g1, g2);  // g2 = d norm2(x1)
+      check(exec, g2, "ff", "backward");
       copy(exec, dym, as_matrix(g3));
       norm2_.backward(exec, r1, g2, as_matrix(g3), true);  // g3 = dx1
+      check(exec, g3, "norm2", "backward");
       dropout1_.backward(exec, as_matrix(g3), g1);         // g1 = da
       self_attn_.backward(exec, n1, Tensor3(g1.data(), batch, seq, d),
                           Tensor3(g2.data(), batch, seq, d));
+      check(exec, g2, "self_attn", "backward");
       copy(exec, as_matrix(g3), dxm);  // dx = dx1 + d norm1 / dx
       norm1_.backward(exec, xm, g2, dxm, true);
+      check(exec, dxm, "norm1", "backward");
     }
   }
 
  private:
+  template <class ViewType>
+  void check(const ExecutionSpace& exec, const ViewType& v, const char* block, const char* pass) const {
+    if (check_finite_)
+      require_finite(exec, v, "kformer: non-finite value", name_ + "." + block + " (" + pass + ")");
+  }
+
   // The second residual sum (post-norm: x1 + dropout2(f); pre-norm: norm2(x1)).
   Tensor2<T, memory_space> r1_2() { return r2_.view(tokens_, options_.d_model); }
 
   std::string name_;
   EncoderLayerOptions options_;
   std::int64_t tokens_ = 0;  // batch * seq of the last forward
+  bool check_finite_ = false;
   MultiHeadAttention<T, ExecutionSpace> self_attn_;
   FeedForward<T, ExecutionSpace> ff_;
   Norm<T, ExecutionSpace> norm1_, norm2_;

@@ -22,6 +22,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../core/error.hpp"
+#include "../core/finite.hpp"
 #include "../core/parameter_buffer.hpp"
 #include "../core/profiling.hpp"
 #include "../core/random.hpp"
@@ -202,6 +203,7 @@ class TimeSeriesTransformer {
     const std::string where = "kformer::TimeSeriesTransformer::forward";
     const ProfilingRegion region(where);
     check_inputs(where, x, keep);
+    require_finite(exec, x, where, "x (missing values must be filled before the model)");
     const int batch = x.extent(0), seq = x.extent(1), d = config_.d_model;
     check_shape(where, "out", out, output_shape(batch, seq));
     batch_ = batch;
@@ -213,6 +215,7 @@ class TimeSeriesTransformer {
     impl::key_padding_mask_from_keep(exec, keep, kpm);
 
     project(exec, x, h);
+    check(exec, h, "project_inp", "forward");
     const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
     if (fixed_pe_)
       fixed_pe_->forward(exec, h, h, scale);
@@ -220,6 +223,7 @@ class TimeSeriesTransformer {
       learnable_pe_->forward(exec, h, h, scale);
     else
       scale_copy(exec, scale, h, h);
+    check(exec, h, "pos_enc", "forward");
     pos_dropout_.forward(exec, ctx, h, h);
     encoder_.forward(exec, ctx, h, z, kpm);
     activation_forward(exec, config_.activation, z, a);
@@ -230,6 +234,14 @@ class TimeSeriesTransformer {
       impl::zero_padded_steps(exec, keep, a);
       output_layer_.forward(exec, Matrix(a.data(), batch, seq * d), out);
     }
+    check(exec, out, "output_layer", "forward");
+  }
+
+  // Training guard: with checks on, forward and backward verify every block's output and input
+  // gradient and the parameter gradients, and stop with the first one holding a NaN or Inf.
+  void set_finite_checks(bool on) {
+    check_finite_ = on;
+    encoder_.set_finite_checks(on);
   }
 
   // Parameter gradients of the last forward for d_out (accumulated into parameters().grads());
@@ -249,6 +261,7 @@ class TimeSeriesTransformer {
     const auto a = activated_.view(batch, seq, d);
     const auto da = d_activated_.view(batch, seq, d);
     const auto dh = d_input_.view(batch, seq, d);
+    check(exec, d_out, "the loss gradient", "backward");
     if (config_.task == TstTask::Imputation) {
       output_layer_.backward(exec, as_matrix(a), d_out, freeze_encoder ? Matrix() : as_matrix(da));
     } else {
@@ -256,7 +269,8 @@ class TimeSeriesTransformer {
                              freeze_encoder ? Matrix() : Matrix(da.data(), batch, seq * d));
       if (!freeze_encoder) impl::zero_padded_steps(exec, keep, da);
     }
-    if (freeze_encoder) return;
+    if (freeze_encoder) return check_parameter_gradients(exec);
+    check(exec, da, "output_layer", "backward");
     output_dropout_.backward(exec, da, da);
     activation_backward(exec, config_.activation, z, da, da);
     encoder_.backward(exec, h, da, dh);
@@ -270,6 +284,7 @@ class TimeSeriesTransformer {
       linear_projection_->backward(exec, as_matrix(x), as_matrix(dh), Matrix());
     else
       conv_projection_->backward(exec, x, dh, Tensor3());
+    check_parameter_gradients(exec);
   }
 
   // The representations of the last forward: per-step z (B, S, d) (the output layer's input,
@@ -299,6 +314,21 @@ class TimeSeriesTransformer {
     return o;
   }
 
+  template <class ViewType>
+  void check(const ExecutionSpace& exec, const ViewType& v, const char* block, const char* pass) const {
+    if (check_finite_) require_finite(exec, v, "kformer: non-finite value", std::string(block) + " (" + pass + ")");
+  }
+
+  // The first parameter whose gradient holds a NaN or Inf, by name.
+  void check_parameter_gradients(const ExecutionSpace& exec) const {
+    if (!check_finite_) return;
+    const std::int64_t i = first_non_finite(exec, parameters_.grads());
+    if (i < 0) return;
+    for (const auto& e : parameters_.entries())
+      if (i >= e.offset && i < e.offset + e.numel)
+        fail("kformer: non-finite value", "the gradient of ", e.name, " holds a NaN or Inf at element ", i - e.offset);
+  }
+
   void check_inputs(const std::string& where, const ConstTensor3& x, const KeepMask& keep) const {
     check_shape(where, "x", x, {-1, -1, config_.feat_dim});
     const int seq = x.extent(1);
@@ -320,6 +350,7 @@ class TimeSeriesTransformer {
 
   TstConfig config_;
   int batch_ = 0, seq_ = 0;
+  bool check_finite_ = false;
   std::optional<Linear<T, ExecutionSpace>> linear_projection_;
   std::optional<Conv1dProjection<T, ExecutionSpace>> conv_projection_;
   std::optional<PositionalEncoding<T, ExecutionSpace>> fixed_pe_;

@@ -11,6 +11,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <kformer/core/finite.hpp>
 #include <kformer/data/lorenz96.hpp>
 #include <kformer/data/preprocess.hpp>
 #include <kformer/training/checkpoint.hpp>
@@ -210,6 +211,43 @@ TEST_CASE("Loading a checkpoint into a model that does not fit fails with every 
   auto other = TimeSeriesTransformer<float, Space>(Space(), narrow);
   CHECK_THROWS_WITH((load_checkpoint<float, Space>(Space(), dir, other, nullptr)),
                     Catch::Contains("was trained on 4 features, the model has 3"));
+  std::remove((dir + "/model.safetensors").c_str());
+  std::remove((dir + "/config.json").c_str());
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("The finite guard names the first block that produced a NaN; NaN input and weights are refused",
+          "[training][errors]") {
+  const auto train = small_set(8, 7);
+  TimeSeriesTransformer<float, Space> model(Space(), small_config(train, TstTask::Imputation));
+  // Poison the second layer's feed-forward.
+  const auto* entry = model.parameters().find("transformer_encoder.layers.1.linear1.weight");
+  REQUIRE(entry != nullptr);
+  Kokkos::deep_copy(Kokkos::subview(model.parameters().values(), entry->offset + 3), std::nanf(""));
+  const int batch = 2, seq = static_cast<int>(train.max_len), F = static_cast<int>(train.n_features);
+  const auto x = device_from<float, Space>(random_values(batch * seq * F, 1), batch, seq, F);
+  Kokkos::View<std::uint8_t**, Kokkos::LayoutRight, Space::memory_space> keep("keep", batch, seq);
+  Kokkos::deep_copy(keep, 1);
+  Tensor2<float, Space::memory_space> out("out", batch * seq, F);
+  model.forward(Space(), RunContext{true, 0}, x, keep, out);  // unguarded: NaN flows through
+  CHECK(first_non_finite(Space(), out) >= 0);
+  model.set_finite_checks(true);
+  CHECK_THROWS_WITH(model.forward(Space(), RunContext{true, 0}, x, keep, out),
+                    Catch::Contains("non-finite value") &&
+                        Catch::Contains("transformer_encoder.layers.1.ff (forward)"));
+  // The model's input must be finite whatever the guard says.
+  auto bad = random_values(batch * seq * F, 2);
+  bad[5] = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH(model.forward(Space(), RunContext{false, 0}, device_from<float, Space>(bad, batch, seq, F), keep, out),
+                    Catch::Contains("x (missing values must be filled before the model) holds inf at element 5"));
+  // A checkpoint holding a NaN weight is refused before anything is loaded.
+  const std::string dir = temporary_directory();
+  save_checkpoint<float, Space>(dir, model, nullptr, CheckpointInfo{});
+  TimeSeriesTransformer<float, Space> fresh(Space(), small_config(train, TstTask::Imputation));
+  const auto before = parameters_of(fresh);
+  CHECK_THROWS_WITH((load_checkpoint<float, Space>(Space(), dir, fresh, nullptr)),
+                    Catch::Contains("transformer_encoder.layers.1.linear1.weight' holds nan at element 3"));
+  CHECK(bitwise_equal(parameters_of(fresh), before));
   std::remove((dir + "/model.safetensors").c_str());
   std::remove((dir + "/config.json").c_str());
   rmdir(dir.c_str());

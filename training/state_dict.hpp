@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -176,6 +177,15 @@ LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safet
     list("unexpected keys", report.unexpected);
     list("shape mismatches", report.mismatched);
     fail(where, file.source(), " does not match the model (strict load):", message);
+  }
+
+  // Weights must be finite: a NaN or Inf is refused here, before anything is written.
+  for (const auto& name : to_load) {
+    const auto values = file.to_double(by_name[name]);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (!std::isfinite(values[i]))
+        fail(where, file.source(), ": tensor '", by_name[name], "' holds ", values[i], " at element ", i,
+             "; weights must be finite");
   }
 
   // Second pass: copy.

@@ -44,6 +44,7 @@ struct TrainingOptions {
   NoiseMaskOptions masking;     // pretraining (imputation) masks
   int forecast_horizon = 0;     // > 0: mask the last steps of every series instead
   bool freeze_encoder = false;  // fine-tune the output layer only
+  bool check_finite = false;    // stop at the first block that produces a NaN or Inf (slower)
   std::uint64_t seed = 1337;
 };
 
@@ -124,6 +125,7 @@ class TstTrainer {
     if (c.task == TstTask::Regression && schema.n_targets != c.num_outputs)
       fail(where, "the data has ", schema.n_targets, " regression targets, the model ",
            c.num_outputs);
+    model.set_finite_checks(options.check_finite);
     const std::int64_t cap = options.batch_size, S = schema.max_len, F = schema.n_features;
     values_ = Tensor3<T, memory_space>("kformer::batch::values", cap, S, F);
     inputs_ = Tensor3<T, memory_space>("kformer::batch::inputs", cap, S, F);

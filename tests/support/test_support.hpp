@@ -88,6 +88,22 @@ inline bool bitwise_equal(const std::vector<double>& a, const std::vector<double
   return true;
 }
 
+template <class Space>
+inline constexpr bool is_host_space_v =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible;
+
+// A backend's result against the first backend's (a host space). Host backends run the same
+// code with the same rounding and must agree bit for bit; a GPU fuses multiply-adds and has its
+// own libm, so it is held to a relative tolerance instead.
+template <class Space>
+void check_matches_first_backend(const std::vector<double>& result, const std::vector<double>& first,
+                                 double device_tolerance = 1e-6) {
+  if constexpr (is_host_space_v<Space>)
+    CHECK(bitwise_equal(result, first));
+  else
+    CHECK(max_rel_diff(result, first, 1e-30) <= device_tolerance);
+}
+
 // Central finite differences of a scalar function of a host vector: d f / d x_i.
 inline std::vector<double> numeric_gradient(
     const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,
