@@ -19,7 +19,10 @@ namespace kformer::math {
 //   polynomial, 2^k assembled in the exponent bits.
 KOKKOS_INLINE_FUNCTION float exp(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float k = compat::math::floor(x * 1.44269504088896341f + 0.5f);
+  // k = round(x / ln2): adding and subtracting 1.5 * 2^23 rounds to an integer in the FPU's
+  // nearest mode without a call to floor, which SSE2 cannot vectorise.
+  constexpr float round_shift = 12582912.0f;
+  const float k = (x * 1.44269504088896341f + round_shift) - round_shift;
   const float r = (x - k * 0.693359375f) + k * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;

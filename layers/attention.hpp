@@ -136,8 +136,9 @@ class MultiHeadAttention {
     backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::T, scale,
                                               head_view(qkv.data(), 0), head_view(qkv.data(), d),
                                               T(0), score_view(probs.data()), batch, h);
-    impl::attention_softmax_forward(exec, probs.data(), dropped.data(), batch, h, seq, key_padding_mask,
-                                    attn_mask, dropout_active_, DropoutDecisions(seed_, ctx.step, dropout_),
+    impl::attention_softmax_forward(exec, probs.data(), dropped.data(), batch, h, seq,
+                                    key_padding_mask, attn_mask, dropout_active_,
+                                    DropoutDecisions(seed_, ctx.step, dropout_),
                                     static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0));
     // O_h = P~ V_h, written into the head's columns of context.
     backends::gemm_batched<ExecutionSpace, T>(
@@ -172,10 +173,10 @@ class MultiHeadAttention {
     backends::gemm_batched<ExecutionSpace, T>(
         exec, backends::Op::T, backends::Op::N, T(1), score_view(dropped.data()),
         context_head_view(d_context.data()), T(0), head_view(d_qkv.data(), 2 * d), batch, h);
-    impl::attention_softmax_backward(exec, probs.data(), dropped.data(), d_probs.data(),
-                                     std::int64_t(batch) * h * seq, seq, dropout_active_,
-                                     static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0),
-                                     static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_))));
+    impl::attention_softmax_backward(
+        exec, probs.data(), dropped.data(), d_probs.data(), std::int64_t(batch) * h * seq, seq,
+        dropout_active_, static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0),
+        static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_))));
     // dQ = dA K and dK = dA^T Q (dA already carries the 1/sqrt(dh) scale).
     backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::N, T(1),
                                               score_view(d_probs.data()), head_view(qkv.data(), d),

@@ -20,6 +20,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../backends/reduce.hpp"
+#include "../backends/rows.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
 #include "../core/param.hpp"
@@ -132,12 +133,16 @@ class BatchNorm {
     const T* const beta = bias_.value.data();
     const T* const in = x.data();
     T* const out = y.data();
-    Kokkos::parallel_for(
-        "kformer::batch_norm::normalize",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n * d),
-        KOKKOS_LAMBDA(const std::int64_t k) {
-          const int j = static_cast<int>(k % d);
-          out[k] = (in[k] - mean(j)) * rstd(j) * gamma[j] + beta[j];
+    const T* const mu = mean.data();
+    const T* const rs = rstd.data();
+    backends::for_each_row(
+        exec, "kformer::batch_norm::normalize", n,
+        KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<ExecutionSpace>::member_type& team,
+                      const std::int64_t i) {
+          const T* const xi = in + i * d;
+          T* const yi = out + i * d;
+          backends::row_for(
+              team, d, [=](const int j) { yi[j] = (xi[j] - mu[j]) * rs[j] * gamma[j] + beta[j]; });
         });
   }
 
@@ -177,16 +182,24 @@ class BatchNorm {
     const T* const in = x.data();
     const T* const g = dy.data();
     T* const out = dx.data();
-    Kokkos::parallel_for(
-        "kformer::batch_norm::backward",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n * d),
-        KOKKOS_LAMBDA(const std::int64_t k) {
-          const int j = static_cast<int>(k % d);
-          const T scale = gamma[j] * rstd(j);
-          const T v = training ? scale * (g[k] - inv_n * sum_dy(j) -
-                                          (in[k] - mean(j)) * rstd(j) * inv_n * sum_dy_xhat(j))
-                               : scale * g[k];
-          out[k] = accumulate_dx ? out[k] + v : v;
+    const T* const mu = mean.data();
+    const T* const rs = rstd.data();
+    const T* const s_dy = sum_dy.data();
+    const T* const s_dy_xhat = sum_dy_xhat.data();
+    backends::for_each_row(
+        exec, "kformer::batch_norm::backward", n,
+        KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<ExecutionSpace>::member_type& team,
+                      const std::int64_t i) {
+          const T* const xi = in + i * d;
+          const T* const gi = g + i * d;
+          T* const dxi = out + i * d;
+          backends::row_for(team, d, [=](const int j) {
+            const T scale = gamma[j] * rs[j];
+            const T v = training ? scale * (gi[j] - inv_n * s_dy[j] -
+                                            (xi[j] - mu[j]) * rs[j] * inv_n * s_dy_xhat[j])
+                                 : scale * gi[j];
+            dxi[j] = accumulate_dx ? dxi[j] + v : v;
+          });
         });
   }
 

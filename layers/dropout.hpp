@@ -15,6 +15,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../backends/for_each.hpp"
 #include "../core/error.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
@@ -84,10 +85,8 @@ class Dropout {
     const T scale = static_cast<T>(1.0 / (1.0 - p_));
     // Whole groups of four in the main loop (straight-line code), the last partial group alone.
     const std::int64_t full = n / 4;
-    Kokkos::parallel_for(
-        "kformer::dropout::forward",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, full),
-        KOKKOS_LAMBDA(const std::int64_t g) {
+    backends::for_each_index(
+        exec, "kformer::dropout::forward", full, KOKKOS_LAMBDA(const std::int64_t g) {
           bool keep[4];
           decide.keep4(static_cast<std::uint64_t>(g), keep);
           const std::int64_t i = 4 * g;
@@ -100,7 +99,8 @@ class Dropout {
     if (n % 4 != 0)  // the last, partial group
       Kokkos::parallel_for(
           "kformer::dropout::forward_tail",
-          Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, full, full + 1),
+          Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, full,
+                                                                               full + 1),
           KOKKOS_LAMBDA(const std::int64_t g) {
             bool keep[4];
             decide.keep4(static_cast<std::uint64_t>(g), keep);
@@ -128,9 +128,8 @@ class Dropout {
       fail(where, "dy has ", n, " elements but the last forward masked ", mask_.capacity());
     const std::uint8_t* const mask = mask_.view(n).data();
     const T scale = static_cast<T>(1.0 / (1.0 - p_));
-    Kokkos::parallel_for(
-        "kformer::dropout::backward",
-        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+    backends::for_each_index(
+        exec, "kformer::dropout::backward", n,
         KOKKOS_LAMBDA(const std::int64_t i) { out[i] = mask[i] ? g[i] * scale : T(0); });
   }
 

@@ -5,6 +5,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../backends/for_each.hpp"
+#include "../backends/rows.hpp"
 #include "../core/error.hpp"
 
 namespace kformer {
@@ -18,10 +20,8 @@ void add(const ExecutionSpace& exec, const A& a, const B& b, const Out& out) {
   const T* const pa = a.data();
   const T* const pb = b.data();
   T* const po = out.data();
-  Kokkos::parallel_for(
-      "kformer::add",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-          exec, 0, std::int64_t(out.size())),
+  backends::for_each_index(
+      exec, "kformer::add", std::int64_t(out.size()),
       KOKKOS_LAMBDA(const std::int64_t i) { po[i] = pa[i] + pb[i]; });
 }
 
@@ -34,10 +34,8 @@ void copy(const ExecutionSpace& exec, const In& in, const Out& out) {
   const T* const pi = in.data();
   T* const po = out.data();
   if (pi == po) return;
-  Kokkos::parallel_for(
-      "kformer::copy",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
-          exec, 0, std::int64_t(out.size())),
+  backends::for_each_index(
+      exec, "kformer::copy", std::int64_t(out.size()),
       KOKKOS_LAMBDA(const std::int64_t i) { po[i] = pi[i]; });
 }
 
@@ -51,9 +49,8 @@ void scale_copy(const ExecutionSpace& exec, T scale, const In& in, const Out& ou
   const V* const pi = in.data();
   V* const po = out.data();
   const V s = static_cast<V>(scale);
-  Kokkos::parallel_for(
-      "kformer::scale_copy",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, std::int64_t(out.size())),
+  backends::for_each_index(
+      exec, "kformer::scale_copy", std::int64_t(out.size()),
       KOKKOS_LAMBDA(const std::int64_t i) { po[i] = s * pi[i]; });
 }
 
@@ -67,11 +64,12 @@ void fill_rows(const ExecutionSpace& exec, const Row& row, const Matrix& m) {
     fail("kformer::fill_rows", "row has shape ", shape_of(row), ", matrix has shape ", shape_of(m));
   const T* const r = row.data();
   const Matrix out = m;
-  Kokkos::parallel_for(
-      "kformer::fill_rows",
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>(
-          exec, {0, 0}, {std::int64_t(m.extent(0)), std::int64_t(cols)}),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { out(i, j) = r[j]; });
+  backends::for_each_row(
+      exec, "kformer::fill_rows", std::int64_t(m.extent(0)),
+      KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<ExecutionSpace>::member_type& team,
+                    const std::int64_t i) {
+        backends::row_for(team, cols, [=](const int j) { out(i, j) = r[j]; });
+      });
 }
 
 }  // namespace kformer

@@ -60,7 +60,8 @@ class TransformerEncoder {
   }
   // Every layer checks its blocks' outputs and gradients for NaN/Inf (see TransformerEncoderLayer).
   void set_finite_checks(bool on) {
-    for (auto& l : layers_) l.set_finite_checks(on);
+    for (auto& l : layers_)
+      l.set_finite_checks(on);
   }
 
   // y = layers[L-1](... layers[0](x)).   x, y: (B, S, d), distinct

@@ -178,7 +178,7 @@ class TransformerEncoderLayer {
       copy(exec, dym, as_matrix(g3));
       norm2_.backward(exec, r1, g2, as_matrix(g3), true);  // g3 = dx1
       check(exec, g3, "norm2", "backward");
-      dropout1_.backward(exec, as_matrix(g3), g1);         // g1 = da
+      dropout1_.backward(exec, as_matrix(g3), g1);  // g1 = da
       self_attn_.backward(exec, n1, Tensor3(g1.data(), batch, seq, d),
                           Tensor3(g2.data(), batch, seq, d));
       check(exec, g2, "self_attn", "backward");
@@ -190,7 +190,8 @@ class TransformerEncoderLayer {
 
  private:
   template <class ViewType>
-  void check(const ExecutionSpace& exec, const ViewType& v, const char* block, const char* pass) const {
+  void check(const ExecutionSpace& exec, const ViewType& v, const char* block,
+             const char* pass) const {
     if (check_finite_)
       require_finite(exec, v, "kformer: non-finite value", name_ + "." + block + " (" + pass + ")");
   }

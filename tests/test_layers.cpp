@@ -1,5 +1,8 @@
 // Layer behaviour beyond gradients: backends agree, runs repeat bit for bit, fully masked queries,
 // bad input, and allocation-free steady state.
+#include <limits>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 #include <Kokkos_Core.hpp>
@@ -119,6 +122,38 @@ TEMPLATE_LIST_TEST_CASE("A query whose keys are all masked attends to nothing",
     REQUIRE(std::isfinite(v));
   for (int i = seq * d; i < 2 * seq * d; ++i)
     CHECK(dxh[i] == 0.0);
+}
+
+TEMPLATE_LIST_TEST_CASE("An additive -inf attention mask gives exactly zero probability",
+                        "[layers][attention]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  const int batch = 2, seq = 5, d = 8, heads = 2;
+  MultiHeadAttention<double, Space> mha(Space(), d, {heads, 0.0, 7});
+  // Causal mask: query i may not see keys j > i.
+  std::vector<double> causal(seq * seq, 0.0);
+  for (int i = 0; i < seq; ++i)
+    for (int j = i + 1; j < seq; ++j)
+      causal[i * seq + j] = -std::numeric_limits<double>::infinity();
+  const auto mask = device_from<double, Space>(causal, seq, seq);
+  const auto x = device_from<double, Space>(random_values(batch * seq * d, 8), batch, seq, d);
+  Tensor3<double, M> y("y", batch, seq, d);
+  mha.forward(Space(), RunContext{false, 0}, x, y, {}, mask);
+  const auto probs = host_values(mha.probabilities());  // (B, H, S, S)
+  for (int row = 0; row < batch * heads * seq; ++row) {
+    const int i = row % seq;
+    double sum = 0.0;
+    for (int j = 0; j < seq; ++j) {
+      const double p = probs[std::size_t(row) * seq + j];
+      CAPTURE(row, i, j);
+      if (j > i)
+        CHECK(p == 0.0);
+      else
+        CHECK(p > 0.0);
+      sum += p;
+    }
+    CHECK(sum == Approx(1.0).epsilon(1e-14));
+  }
 }
 
 TEMPLATE_LIST_TEST_CASE("Layers reject bad input with both shapes named and change nothing",

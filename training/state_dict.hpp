@@ -155,7 +155,10 @@ LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safet
     if (classify(name + ".num_batches_tracked", {}))
       to_load.push_back(name + ".num_batches_tracked");
   });
-  for (const auto& [key, file_name] : by_name) {
+  for (const auto& entry : by_name) {
+    // A named copy, not a structured binding: C++17 lambdas cannot capture bindings (clang).
+    const std::string& key = entry.first;
+    const std::string& file_name = entry.second;
     if (used.count(key)) continue;
     if (std::any_of(options.other_prefixes.begin(), options.other_prefixes.end(),
                     [&](const std::string& p) { return detail::starts_with(key, p); }))
@@ -184,8 +187,8 @@ LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safet
     const auto values = file.to_double(by_name[name]);
     for (std::size_t i = 0; i < values.size(); ++i)
       if (!std::isfinite(values[i]))
-        fail(where, file.source(), ": tensor '", by_name[name], "' holds ", values[i], " at element ", i,
-             "; weights must be finite");
+        fail(where, file.source(), ": tensor '", by_name[name], "' holds ", values[i],
+             " at element ", i, "; weights must be finite");
   }
 
   // Second pass: copy.

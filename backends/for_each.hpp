@@ -1,0 +1,57 @@
+// Elementwise kernels: f(i) for every i in [0, n).
+//
+// On a CPU each Kokkos work item is a chunk of consecutive indices run as a plain loop inside the
+// kernel, which the compiler vectorises. Kokkos' own range loop calls the functor through a
+// reference per index, and GCC leaves that loop scalar: GELU over 2^20 floats on 2 OpenMP threads
+// took 3.3 ms that way and 0.30 ms in chunks. On a GPU every index is a work item.
+#pragma once
+
+#include <cstdint>
+
+#include <Kokkos_Core.hpp>
+
+namespace kformer::backends {
+
+namespace impl {
+
+// A named functor rather than a lambda: nvcc cannot compile a device lambda that captures another
+// device lambda passed in as a template argument.
+template <class Body>
+struct ChunkKernel {
+  Body body;
+  std::int64_t n, chunk;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t c) const {
+    const std::int64_t begin = c * chunk;
+    const std::int64_t end = begin + chunk < n ? begin + chunk : n;
+    const Body f = body;  // a local copy: its captures stay in registers along the loop
+    for (std::int64_t i = begin; i < end; ++i)
+      f(i);
+  }
+};
+
+}  // namespace impl
+
+template <class ExecutionSpace>
+inline constexpr bool runs_on_host =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace,
+                               typename ExecutionSpace::memory_space>::accessible;
+
+template <class ExecutionSpace, class Body>
+void for_each_index(const ExecutionSpace& exec, const char* label, const std::int64_t n,
+                    const Body& body) {
+  if (n <= 0) return;
+  if constexpr (runs_on_host<ExecutionSpace>) {
+    constexpr std::int64_t chunk = 2048;
+    Kokkos::parallel_for(label,
+                         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+                             exec, 0, (n + chunk - 1) / chunk),
+                         impl::ChunkKernel<Body>{body, n, chunk});
+  } else {
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+        body);
+  }
+}
+
+}  // namespace kformer::backends
