@@ -42,30 +42,6 @@ struct StridedMatrices {
 
 namespace impl {
 
-#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
-extern "C" {
-void F77_BLAS_MANGLE(sgemm, SGEMM)(const char*, const char*, const int*, const int*, const int*,
-                                   const float*, const float*, const int*, const float*, const int*,
-                                   const float*, float*, const int*);
-void F77_BLAS_MANGLE(dgemm, DGEMM)(const char*, const char*, const int*, const int*, const int*,
-                                   const double*, const double*, const int*, const double*,
-                                   const int*, const double*, double*, const int*);
-}
-
-// Row-major C = alpha op(A) op(B) + beta C through column-major BLAS: C^T = op(B)^T op(A)^T.
-template <class T>
-void blas_gemm_row_major(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda,
-                         const T* b, int ldb, T beta, T* c, int ldc) {
-  const char op_b = tb ? 'T' : 'N', op_a = ta ? 'T' : 'N';
-  if constexpr (std::is_same_v<T, float>)
-    F77_BLAS_MANGLE(sgemm, SGEMM)
-    (&op_b, &op_a, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
-  else
-    F77_BLAS_MANGLE(dgemm, DGEMM)
-    (&op_b, &op_a, &n, &m, &k, &alpha, b, &ldb, a, &lda, &beta, c, &ldc);
-}
-#endif
-
 // One team per product; each thread computes whole entries of C (dot products over k).
 template <class ExecutionSpace, class T>
 void gemm_batched_native(const ExecutionSpace& exec, bool ta, bool tb, T alpha,

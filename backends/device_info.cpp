@@ -1,5 +1,7 @@
 #include "device_info.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -60,6 +62,62 @@ std::string gpu_device_name([[maybe_unused]] int device_id) {
   if (hipGetDeviceProperties(&prop, device_id) == hipSuccess) return prop.name;
 #endif
   return {};
+}
+
+namespace {
+
+// The first number in a file, or -1 (missing file, "max").
+std::int64_t read_number(const std::string& path, const std::string& key = {}) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!key.empty() && line.rfind(key, 0) != 0) continue;
+    std::istringstream fields(key.empty() ? line : line.substr(key.size()));
+    std::int64_t value = -1;
+    if (fields >> value) return value;
+    return -1;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::int64_t host_available_bytes() {
+  const std::int64_t available_kib = read_number("/proc/meminfo", "MemAvailable:");
+  std::int64_t available = available_kib < 0 ? -1 : available_kib * 1024;
+  const std::int64_t limit = read_number("/sys/fs/cgroup/memory.max");
+  const std::int64_t used = read_number("/sys/fs/cgroup/memory.current");
+  if (limit >= 0 && used >= 0) {
+    const std::int64_t room = limit > used ? limit - used : 0;
+    available = available < 0 ? room : std::min(available, room);
+  }
+  return available;
+}
+
+std::int64_t gpu_available_bytes() {
+  std::size_t free_bytes = 0, total_bytes = 0;
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+    return static_cast<std::int64_t>(free_bytes);
+#elif defined(KOKKOS_ENABLE_HIP)
+  if (hipMemGetInfo(&free_bytes, &total_bytes) == hipSuccess)
+    return static_cast<std::int64_t>(free_bytes);
+#endif
+  (void)free_bytes;
+  (void)total_bytes;
+  return -1;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 6) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
+  return text;
 }
 
 void print_backends(std::ostream& os, bool verbose) {

@@ -2,6 +2,7 @@
 // programs and recorded with every benchmark result.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -45,6 +46,23 @@ BackendInfo backend_info(const ExecutionSpace& exec) {
   info.device = host_cpu_model() + " (" + std::to_string(info.concurrency) + " threads)";
   return info;
 }
+
+// Bytes that can still be allocated: on the host the smaller of the kernel's MemAvailable and
+// the cgroup's memory.max minus memory.current; on a GPU what cudaMemGetInfo / hipMemGetInfo
+// report free on the current device. -1 when unknown (the check that uses it then passes).
+std::int64_t host_available_bytes();
+std::int64_t gpu_available_bytes();
+
+template <class MemorySpace>
+std::int64_t available_bytes() {
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpace>::accessible)
+    return host_available_bytes();
+  else
+    return gpu_available_bytes();
+}
+
+// "1.5 GiB", "12 MiB", "300 B".
+std::string format_bytes(double bytes);
 
 // One line per enabled backend, then Kokkos' own configuration report when verbose.
 void print_backends(std::ostream& os, bool verbose = false);

@@ -50,6 +50,18 @@ bool check_gemm(const std::string& where, Op op_a, Op op_b, const AViewType& A, 
 
 }  // namespace detail
 
+// Reproducible mode (off by default; process-wide). A multithreaded host BLAS gives results that
+// depend on its thread count; with this mode on, host GEMMs run as a fixed grid of single-threaded
+// BLAS calls in parallel instead, so that training gives the same bits for any OMP_NUM_THREADS
+// (perf: gemm.*.reproducible shows the cost). Kokkos-native and GPU GEMMs are not affected: the
+// native kernel already sums in a fixed order, and cuBLAS/rocBLAS do not depend on host threads.
+inline void set_reproducible_gemm(bool on) {
+  impl::reproducible_gemm_flag().store(on);
+}
+inline bool reproducible_gemm() {
+  return impl::reproducible_gemm_flag().load();
+}
+
 // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C.   beta = 0 ignores C's old contents (NaN
 // too).
 template <class ExecutionSpace, class AViewType, class BViewType, class CViewType>

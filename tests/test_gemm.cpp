@@ -134,3 +134,42 @@ TEMPLATE_LIST_TEST_CASE("gemm reports mismatched shapes and aliasing", "[backend
   CHECK_THROWS_WITH(backends::gemm(Space(), Op::N, Op::N, 1.0f, S, S, 0.0f, S),
                     Catch::Contains("overlap"));
 }
+
+namespace {
+
+// Turns reproducible mode on for a scope.
+struct ReproducibleGemm {
+  ReproducibleGemm() { backends::set_reproducible_gemm(true); }
+  ~ReproducibleGemm() { backends::set_reproducible_gemm(false); }
+};
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("gemm in reproducible mode matches a naive product", "[backends][gemm]",
+                        backends::EnabledSpaces) {
+  const ReproducibleGemm mode;
+  check_products<double, TestType>(1e-14);
+  check_products<float, TestType>(1e-6);
+  // Several row and column tiles, partial ones at the edges.
+  check_products<double, TestType>(1e-14, 70, 300, 40);
+  check_products<float, TestType>(1e-6, 70, 300, 40);
+}
+
+TEST_CASE("gemm in reproducible mode gives the same bits on every host backend",
+          "[backends][gemm]") {
+  const ReproducibleGemm mode;
+  const int m = 100, n = 300, k = 257;
+  const auto a = random_values(m * k, 4), b = random_values(k * n, 5);
+  std::vector<std::vector<double>> results;
+  backends::for_each_space([&](auto space) {
+    using Space = decltype(space);
+    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemorySpaceOf<Space>>::accessible) {
+      auto C = device_from<float, Space>(std::vector<double>(m * n, 0.0), m, n);
+      backends::gemm(Space(), Op::N, Op::T, 1.0f, device_from<float, Space>(a, m, k),
+                     device_from<float, Space>(b, n, k), 0.0f, C);
+      results.push_back(host_values(C));
+    }
+  });
+  for (std::size_t i = 1; i < results.size(); ++i)
+    CHECK(results[i] == results[0]);
+}

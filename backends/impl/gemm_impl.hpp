@@ -10,43 +10,49 @@
 #include <KokkosBlas3_gemm.hpp>
 #endif
 
-#if defined(KOKKOS_ENABLE_OPENMP) && defined(_OPENMP)
-#include <omp.h>
-#endif
-
 #include "../../core/compat.hpp"
 #include "gemm_native.hpp"
+#include "host_blas.hpp"
 
 namespace kformer::backends::impl {
 
-// OpenBLAS (the OpenMP build) sizes its thread team by omp_get_max_threads() at each call. Pinning
-// that to the execution space's concurrency for the duration of a call keeps Serial single-threaded
-// and OpenMP on the threads Kokkos was given, instead of whatever OMP_NUM_THREADS says.
-class HostBlasThreads {
- public:
-  template <class ExecutionSpace>
-  explicit HostBlasThreads([[maybe_unused]] const ExecutionSpace& exec) {
-#if defined(KOKKOS_ENABLE_OPENMP) && defined(_OPENMP)
-    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace,
-                                             typename ExecutionSpace::memory_space>::accessible) {
-      saved_ = omp_get_max_threads();
-      omp_set_num_threads(compat::concurrency(exec));
-    }
-#endif
-  }
-  ~HostBlasThreads() {
-#if defined(KOKKOS_ENABLE_OPENMP) && defined(_OPENMP)
-    if (saved_ > 0) omp_set_num_threads(saved_);
-#endif
-  }
-  HostBlasThreads(const HostBlasThreads&) = delete;
-  HostBlasThreads& operator=(const HostBlasThreads&) = delete;
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+// Reproducible mode of a host GEMM. A multithreaded BLAS sums in an order that depends on its
+// thread count (OpenBLAS 0.3.21 differs between 1, 2, 3 and 4 threads on most shapes), so here C is
+// cut into a grid of tiles fixed by the shape alone, and each tile is one single-threaded BLAS
+// call (BLAS runs single-threaded inside a parallel region), the tiles run in parallel on the
+// execution space. Every entry of C then comes from the same call with the same K for any number
+// of threads.
+inline constexpr int kReproducibleTileRows = 32, kReproducibleTileCols = 256;
 
- private:
-#if defined(KOKKOS_ENABLE_OPENMP) && defined(_OPENMP)
-  int saved_ = 0;
+template <class ExecutionSpace, class T, class ConstMatrix, class Matrix>
+void reproducible_host_gemm(const ExecutionSpace& exec, bool trans_a, bool trans_b, T alpha,
+                            const ConstMatrix& a, const ConstMatrix& b, T beta, const Matrix& c) {
+  const int m = static_cast<int>(c.extent(0)), n = static_cast<int>(c.extent(1));
+  const int k = static_cast<int>(trans_a ? a.extent(0) : a.extent(1));
+  const int lda = static_cast<int>(a.extent(1)), ldb = static_cast<int>(b.extent(1)), ldc = n;
+  const int tiles_m = (m + kReproducibleTileRows - 1) / kReproducibleTileRows;
+  const int tiles_n = (n + kReproducibleTileCols - 1) / kReproducibleTileCols;
+  const T* const a_data = a.data();
+  const T* const b_data = b.data();
+  T* const c_data = c.data();
+  const HostBlasThreads threads(exec);
+  // Host code calling BLAS inside a host parallel loop: only instantiated for host spaces.
+  Kokkos::parallel_for(
+      "kformer::gemm::reproducible_blas",
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, tiles_m * tiles_n), [=](const int tile) {
+        const int r0 = (tile / tiles_n) * kReproducibleTileRows;
+        const int c0 = (tile % tiles_n) * kReproducibleTileCols;
+        const int rows = m - r0 < kReproducibleTileRows ? m - r0 : kReproducibleTileRows;
+        const int cols = n - c0 < kReproducibleTileCols ? n - c0 : kReproducibleTileCols;
+        // Rows r0.. of op(A) and columns c0.. of op(B), in row-major storage.
+        const T* const a_tile = trans_a ? a_data + r0 : a_data + std::int64_t(r0) * lda;
+        const T* const b_tile = trans_b ? b_data + std::int64_t(c0) * ldb : b_data + c0;
+        blas_gemm_row_major(trans_a, trans_b, rows, cols, k, alpha, a_tile, lda, b_tile, ldb, beta,
+                            c_data + std::int64_t(r0) * ldc + c0, ldc);
+      });
+}
 #endif
-};
 
 // kNative selects the Kokkos-native kernel even where Kokkos Kernels is available.
 template <bool kNative, class ExecutionSpace, class T, class AViewType, class BViewType,
@@ -76,6 +82,17 @@ void gemm(const ExecutionSpace& exec, bool trans_a, bool trans_b, T alpha, const
         });
     return;
   }
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+  if constexpr (!kNative &&
+                Kokkos::SpaceAccessibility<Kokkos::HostSpace, memory_space>::accessible &&
+                (std::is_same_v<value_type, float> || std::is_same_v<value_type, double>)) {
+    if (reproducible_gemm_flag().load(std::memory_order_relaxed)) {
+      reproducible_host_gemm(exec, trans_a, trans_b, static_cast<value_type>(alpha), a, b,
+                             static_cast<value_type>(beta), c);
+      return;
+    }
+  }
+#endif
 #if defined(KFORMER_ENABLE_KOKKOS_KERNELS)
   if constexpr (!kNative) {
     const char* op_a = trans_a ? "T" : "N";
