@@ -28,6 +28,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../backends/batched_gemm.hpp"
+#include "../backends/device_info.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
 #include "../core/math.hpp"
@@ -119,6 +120,7 @@ class MultiHeadAttention {
       check_shape(where, "key_padding_mask", key_padding_mask, {batch, seq});
     if (attn_mask.data() != nullptr) check_shape(where, "attn_mask", attn_mask, {seq, seq});
     check_distinct(where, "x", x, "y", y);
+    check_memory(where, batch, seq, ctx.training);
     batch_ = batch;
     seq_ = seq;
     const std::int64_t n = std::int64_t(batch) * seq;
@@ -218,6 +220,33 @@ class MultiHeadAttention {
   bool dropout_active_ = false;
   int batch_ = 0, seq_ = 0;
   Linear<T, ExecutionSpace> in_proj_, out_proj_;
+  // Refuses a (batch, seq) whose buffers would not fit in the memory space, before allocating
+  // any: with the square of seq in them they can need terabytes, which would otherwise end in an
+  // out-of-memory crash (or the kernel's OOM killer on an overcommitting host).
+  void check_memory(const std::string& where, std::int64_t batch, std::int64_t seq,
+                    bool training) const {
+    const std::int64_t n = batch * seq;
+    const bool dropout = training && dropout_ > 0.0;
+    // probs, dropped probs (with dropout), d_probs (training): (batch, heads, seq, seq) each.
+    const std::int64_t squares = (1 + (dropout ? 1 : 0) + (training ? 1 : 0)) * batch * heads_ *
+                                 seq * seq * std::int64_t(sizeof(T));
+    // qkv and context; d_context and d_qkv for training.
+    const std::int64_t rows = (4 + (training ? 4 : 0)) * n * d_ * std::int64_t(sizeof(T));
+    const std::int64_t needed = squares + rows;
+    const std::int64_t held =
+        std::int64_t(qkv_.bytes() + probs_.bytes() + dropped_.bytes() + context_.bytes() +
+                     d_context_.bytes() + d_probs_.bytes() + d_qkv_.bytes());
+    if (needed <= held) return;
+    const std::int64_t available = backends::available_bytes<memory_space>();
+    if (available >= 0 && needed - held > available)
+      fail(where, "batch ", batch, ", seq ", seq, " and ", heads_, " heads need ",
+           backends::format_bytes(double(needed)), " of attention buffers (",
+           backends::format_bytes(double(squares)),
+           " of them (batch, heads, seq, seq) score matrices), but only ",
+           backends::format_bytes(double(available)), " of ", memory_space::name(),
+           " is available: use shorter sequences or smaller batches");
+  }
+
   GrowingBuffer<T, memory_space> qkv_{"kformer::MultiHeadAttention::qkv"};
   GrowingBuffer<T, memory_space> probs_{"kformer::MultiHeadAttention::probs"};
   GrowingBuffer<T, memory_space> dropped_{"kformer::MultiHeadAttention::dropped_probs"};

@@ -1,5 +1,6 @@
 // Layer behaviour beyond gradients: backends agree, runs repeat bit for bit, fully masked queries,
 // bad input, and allocation-free steady state.
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -154,6 +155,29 @@ TEMPLATE_LIST_TEST_CASE("An additive -inf attention mask gives exactly zero prob
     }
     CHECK(sum == Approx(1.0).epsilon(1e-14));
   }
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "Attention refuses a sequence whose score matrices cannot fit, before allocating",
+    "[layers][attention][errors]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  // seq = 2^21: the input is 32 MiB, one (1, 1, seq, seq) float score matrix 16 TiB.
+  const int seq = 1 << 21, d = 4;
+  MultiHeadAttention<float, Space> mha(Space(), d, {1, 0.1, 3});
+  Tensor3<float, M> x("x", 1, seq, d), y("y", 1, seq, d);
+  Kokkos::deep_copy(y, 3.0f);
+  for (const bool training : {false, true}) {
+    CAPTURE(training);
+    CHECK_THROWS_WITH(mha.forward(Space(), RunContext{training, 0}, x, y),
+                      Catch::Contains("kformer::MultiHeadAttention::forward") &&
+                          Catch::Contains("batch 1, seq 2097152 and 1 heads need") &&
+                          Catch::Contains(training ? "48.0 TiB" : "16.0 TiB") &&
+                          Catch::Contains("is available"));
+  }
+  CHECK(mha.probabilities().size() == 0);
+  const auto yh = host_values(y);
+  CHECK(std::all_of(yh.begin(), yh.end(), [](double v) { return v == 3.0; }));
 }
 
 TEMPLATE_LIST_TEST_CASE("Layers reject bad input with both shapes named and change nothing",
