@@ -27,6 +27,7 @@
 #include <kformer/data/ts_format.hpp>
 #include <kformer/kformer.hpp>
 
+#include "cli.hpp"
 #include "tst_commands.hpp"
 
 namespace {
@@ -35,17 +36,6 @@ using namespace kformer;
 using namespace kformer::app;
 
 // --- encode ----------------------------------------------------------------------------------
-
-struct EncodeOptions {
-  int dim = 64;
-  int len = 256;
-  double base = 10000.0;
-  long long first_position = 0;
-  bool split = false;
-  std::string precision = "float";
-  std::string csv;
-  std::string png;
-};
 
 template <class T, class Space>
 std::vector<double> encoding_on(const Space& space, const EncodeOptions& o) {
@@ -138,16 +128,16 @@ void print_data(const char* what, const data::SeriesSet& s) {
 
 template <class T, class Space>
 void command_pretrain(const Space& exec, const DataOptions& d, const ModelOptions& m,
-                      TrainCliOptions t, const RunOptions& r) {
-  apply_training_choices(t);
-  Datasets sets = load_train_validation(d, t.training.seed);
+                      const TrainCliOptions& t, const RunOptions& r) {
+  const TrainingOptions training = training_options(t);
+  Datasets sets = load_train_validation(d, training.seed);
   print_data("training data", sets.train);
   print_data("validation data", sets.validation);
   const auto standardization = data::Standardization::fit(sets.train);
   standardization.apply(sets.train);
   standardization.apply(sets.validation);
   TimeSeriesTransformer<T, Space> model(exec, model_config(m, sets.train, TstTask::Imputation));
-  TstTrainer<T, Space> trainer(exec, model, t.training, sets.train);
+  TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
   info.standardization = standardization;
   int first = 0;
@@ -170,10 +160,10 @@ void command_pretrain(const Space& exec, const DataOptions& d, const ModelOption
 
 template <class T, class Space>
 void command_finetune(const Space& exec, const DataOptions& d, const ModelOptions& m,
-                      TrainCliOptions t, const RunOptions& r, const std::string& pretrained,
+                      const TrainCliOptions& t, const RunOptions& r, const std::string& pretrained,
                       bool change_output) {
-  apply_training_choices(t);
-  Datasets sets = load_train_validation(d, t.training.seed);
+  const TrainingOptions training = training_options(t);
+  Datasets sets = load_train_validation(d, training.seed);
   const TstTask task =
       sets.train.is_classification() ? TstTask::Classification
       : sets.train.is_regression()
@@ -195,7 +185,7 @@ void command_finetune(const Space& exec, const DataOptions& d, const ModelOption
     config = c;
   }
   TimeSeriesTransformer<T, Space> model(exec, config);
-  TstTrainer<T, Space> trainer(exec, model, t.training, sets.train);
+  TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
   info.class_names = sets.train.class_names;
   if (!pretrained.empty()) {
@@ -479,59 +469,6 @@ void dispatch(const std::string& backend, const std::string& precision, F&& f) {
   });
 }
 
-void add_data_options(CLI::App* cmd, DataOptions& d, bool with_test) {
-  cmd->add_option("--data", d.train,
-                  ".ts or .csv file, or a directory of .csv files (one per series)")
-      ->required();
-  if (with_test) {
-    cmd->add_option("--test", d.test, "validation/test data (default: a split of --data)");
-    cmd->add_option("--val-ratio", d.validation_fraction,
-                    "validation fraction when no --test is given");
-  }
-  cmd->add_option("--labels", d.labels, "labels CSV (id,label) for a directory of series");
-  cmd->add_option("--id-column", d.id_column, "CSV: the series-id column");
-  cmd->add_option("--label-column", d.label_column, "CSV: the class-label column");
-  cmd->add_option("--target-columns", d.target_columns, "CSV: regression target columns");
-  cmd->add_option("--time-column", d.time_column, "CSV: sort each series by this column");
-}
-
-void add_model_options(CLI::App* cmd, ModelOptions& m) {
-  cmd->add_option("--d-model", m.d_model, "model width");
-  cmd->add_option("--heads", m.heads, "attention heads");
-  cmd->add_option("--layers", m.layers, "encoder layers");
-  cmd->add_option("--dim-feedforward", m.dim_feedforward, "feed-forward width");
-  cmd->add_option("--dropout", m.dropout, "dropout probability");
-  cmd->add_option("--activation", m.activation, "gelu or relu");
-  cmd->add_option("--norm", m.norm, "batchnorm or layernorm");
-  cmd->add_flag("--norm-first", m.norm_first, "pre-norm encoder layers");
-  cmd->add_option("--pos-encoding", m.pos_encoding, "fixed, learnable or none");
-  cmd->add_option("--projection", m.projection, "linear or conv1d input projection");
-  cmd->add_option("--conv-kernel", m.conv_kernel, "kernel size of the conv1d projection");
-}
-
-void add_training_options(CLI::App* cmd, TrainCliOptions& t) {
-  auto& o = t.training;
-  cmd->add_option("--epochs", t.epochs, "epochs to train");
-  cmd->add_option("--batch-size", o.batch_size, "series per batch");
-  cmd->add_option("--lr", o.lr, "learning rate");
-  cmd->add_option("--lr-step", o.lr_step,
-                  "epochs after which the learning rate is multiplied by --lr-factor");
-  cmd->add_option("--lr-factor", o.lr_factor, "learning-rate decay factor");
-  cmd->add_option("--optimizer", t.optimizer, "adam, adamw or radam");
-  cmd->add_option("--weight-decay", o.optimizer.weight_decay, "weight decay");
-  cmd->add_option("--clip-norm", o.clip_norm, "gradient clipping by global norm (0: off)");
-  cmd->add_option("--l2-reg", o.l2_reg, "L2 penalty on the output layer's weight");
-  cmd->add_option("--masking-ratio", o.masking.masking_ratio,
-                  "pretraining: fraction of values masked");
-  cmd->add_option("--mean-mask-length", o.masking.mean_mask_length,
-                  "pretraining: mean length of masked runs");
-  cmd->add_option("--mask-mode", t.mask_mode, "separate or concurrent");
-  cmd->add_option("--mask-distribution", t.mask_distribution, "geometric or bernoulli");
-  cmd->add_option("--exclude-features", o.masking.exclude_features, "features never masked");
-  cmd->add_option("--forecast", o.forecast_horizon, "pretraining: mask the last N steps instead");
-  cmd->add_option("--seed", o.seed, "seed for batches, masks and dropout");
-}
-
 }  // namespace
 
 int main(int argc, char* argv[]) {
@@ -540,134 +477,70 @@ int main(int argc, char* argv[]) {
   for (int i = 1; i < argc; ++i)
     (std::string(argv[i]).rfind("--kokkos-", 0) == 0 ? kokkos_args : app_args).push_back(argv[i]);
   int kokkos_argc = static_cast<int>(kokkos_args.size());
-  int app_argc = static_cast<int>(app_args.size());
+  const int app_argc = static_cast<int>(app_args.size());
 
-  CLI::App app{
-      "kformer: transformer sequence models as Kokkos kernels. Without a command: the default job "
-      "(masked pretraining, fine-tuning and the positional-encoding ablation on generated data)."};
-  app.require_subcommand(0, 1);
-  std::string backend = "default", precision = "float";
-  RunOptions run;
-  bool no_progress = false;
-  app.add_option("--backend", backend, "execution space (serial, openmp, cuda, hip, default)");
-  app.add_option("--precision", precision, "float or double")
-      ->check(CLI::IsMember({"float", "double"}));
-  app.add_flag("--no-progress", no_progress, "plain lines instead of a progress bar");
-  std::uint64_t demo_seed = 2021;
-  app.add_option("--demo-seed", demo_seed, "seed of the default job's data");
-
-  DataOptions data;
-  ModelOptions model;
-  TrainCliOptions training;
-  std::string pretrained, checkpoint, output;
-  bool change_output = false, freeze = false;
-  int batch_size = 64;
-
-  auto* pretrain = app.add_subcommand("pretrain", "masked-value pretraining (imputation)");
-  add_data_options(pretrain, data, true);
-  add_model_options(pretrain, model);
-  add_training_options(pretrain, training);
-  pretrain->add_option("--output-dir", run.output_dir, "checkpoint and metrics directory")
-      ->default_val("kformer-out/pretrain");
-  pretrain->add_flag("--resume", run.resume, "continue from the checkpoint in --output-dir");
-
-  auto* finetune =
-      app.add_subcommand("finetune", "classification or regression, from scratch or pretrained");
-  add_data_options(finetune, data, true);
-  add_model_options(finetune, model);
-  add_training_options(finetune, training);
-  finetune->add_option("--pretrained", pretrained, "checkpoint directory of a pretrained model");
-  finetune->add_flag("--change-output", change_output,
-                     "replace the pretrained model's output layer");
-  finetune->add_flag("--freeze", freeze, "train the output layer only");
-  finetune->add_option("--output-dir", run.output_dir, "checkpoint and metrics directory")
-      ->default_val("kformer-out/finetune");
-  finetune->add_flag("--resume", run.resume, "continue from the checkpoint in --output-dir");
-
-  auto* evaluate = app.add_subcommand("evaluate", "loss and metrics of a checkpoint on a dataset");
-  evaluate->add_option("--checkpoint", checkpoint, "checkpoint directory")->required();
-  add_data_options(evaluate, data, false);
-  evaluate->add_option("--batch-size", batch_size, "series per batch");
-
-  auto* embed =
-      app.add_subcommand("embed", "per-series representations (mean over observed steps) as CSV");
-  embed->add_option("--checkpoint", checkpoint, "checkpoint directory")->required();
-  add_data_options(embed, data, false);
-  embed->add_option("--output", output, "CSV file to write")
-      ->default_val("kformer-out/embeddings.csv");
-  embed->add_option("--batch-size", batch_size, "series per batch");
-
-  std::string masks;
-  auto* predict = app.add_subcommand("predict", "outputs of a checkpoint's model as CSV");
-  predict->add_option("--checkpoint", checkpoint, "checkpoint directory")->required();
-  add_data_options(predict, data, false);
-  predict->add_option("--masks", masks,
-                      "imputation: CSV (series,step,feature) of the values to hide and predict");
-  predict->add_option("--output", output, "CSV file to write")
-      ->default_val("kformer-out/predictions.csv");
-  predict->add_option("--batch-size", batch_size, "series per batch");
-
-  EncodeOptions encode;
-  auto* encode_cmd = app.add_subcommand("encode", "the positional-encoding matrix as CSV and PNG");
-  encode_cmd->add_option("--dim", encode.dim, "encoding dimension (columns)")
-      ->check(CLI::Range(1, 1 << 20));
-  encode_cmd->add_option("--len", encode.len, "sequence length (rows)")
-      ->check(CLI::Range(1, 1 << 24));
-  encode_cmd->add_option("--base", encode.base, "frequency base");
-  encode_cmd->add_option("--first-position", encode.first_position, "position of the first row");
-  encode_cmd->add_flag("--split", encode.split, "sines in the first half, cosines in the second");
-  encode_cmd->add_option("--csv", encode.csv, "write the matrix as CSV");
-  encode_cmd->add_option("--png", encode.png, "write the matrix as a heatmap PNG");
-
-  std::string data_dir;
-  auto* generate =
-      app.add_subcommand("generate-data", "write the generated default datasets as .ts files");
-  generate->add_option("--output-dir", data_dir, "directory")->default_val("kformer-out/data");
-
-  auto* info_cmd = app.add_subcommand("info", "list the enabled backends and devices");
-  CLI11_PARSE(app, app_argc, app_args.data());
-  run.progress = !no_progress;
-  training.training.freeze_encoder = freeze;
-  encode.precision = precision;
+  CLI::App app;
+  CliOptions cli;
+  Command command = Command::Default;
+  try {
+    command = parse_command_line(app, cli, app_argc, app_args.data());
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const std::string& backend = cli.backend;
+  const std::string& precision = cli.precision;
 
   Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
+  backends::set_reproducible_gemm(cli.reproducible);
   try {
-    if (*info_cmd) {
-      backends::print_backends(std::cout, true);
-    } else if (*encode_cmd) {
-      backends::dispatch(backend, [&](auto space) { run_encode(space, encode); });
-    } else if (*generate) {
-      command_generate_data(data_dir, demo_seed);
-    } else if (*pretrain) {
-      dispatch(backend, precision, [&](auto space, auto p) {
-        command_pretrain<typename decltype(p)::type>(space, data, model, training, run);
-      });
-    } else if (*finetune) {
-      dispatch(backend, precision, [&](auto space, auto p) {
-        command_finetune<typename decltype(p)::type>(space, data, model, training, run, pretrained,
-                                                     change_output);
-      });
-    } else if (*evaluate) {
-      dispatch(backend, precision, [&](auto space, auto p) {
-        command_evaluate<typename decltype(p)::type>(space, checkpoint, data.train, data,
-                                                     batch_size);
-      });
-    } else if (*predict) {
-      dispatch(backend, precision, [&](auto space, auto p) {
-        command_predict<typename decltype(p)::type>(space, checkpoint, data.train, data, masks,
-                                                    output, batch_size);
-      });
-    } else if (*embed) {
-      dispatch(backend, precision, [&](auto space, auto p) {
-        command_embed<typename decltype(p)::type>(space, checkpoint, data.train, data, output,
-                                                  batch_size);
-      });
-    } else {
-      backends::print_backends(std::cout);
-      run.output_dir = "kformer-out";
-      dispatch(backend, precision, [&](auto space, auto p) {
-        command_demo<typename decltype(p)::type>(space, run, demo_seed);
-      });
+    switch (command) {
+      case Command::Info:
+        backends::print_backends(std::cout, true);
+        break;
+      case Command::Encode:
+        backends::dispatch(backend, [&](auto space) { run_encode(space, cli.encode); });
+        break;
+      case Command::GenerateData:
+        command_generate_data(cli.data_dir, cli.demo_seed);
+        break;
+      case Command::Pretrain:
+        dispatch(backend, precision, [&](auto space, auto p) {
+          command_pretrain<typename decltype(p)::type>(space, cli.data, cli.model, cli.training,
+                                                       cli.run);
+        });
+        break;
+      case Command::Finetune:
+        dispatch(backend, precision, [&](auto space, auto p) {
+          command_finetune<typename decltype(p)::type>(space, cli.data, cli.model, cli.training,
+                                                       cli.run, cli.pretrained, cli.change_output);
+        });
+        break;
+      case Command::Evaluate:
+        dispatch(backend, precision, [&](auto space, auto p) {
+          command_evaluate<typename decltype(p)::type>(space, cli.checkpoint, cli.data.train,
+                                                       cli.data, cli.batch_size);
+        });
+        break;
+      case Command::Predict:
+        dispatch(backend, precision, [&](auto space, auto p) {
+          command_predict<typename decltype(p)::type>(space, cli.checkpoint, cli.data.train,
+                                                      cli.data, cli.masks, cli.output,
+                                                      cli.batch_size);
+        });
+        break;
+      case Command::Embed:
+        dispatch(backend, precision, [&](auto space, auto p) {
+          command_embed<typename decltype(p)::type>(space, cli.checkpoint, cli.data.train, cli.data,
+                                                    cli.output, cli.batch_size);
+        });
+        break;
+      case Command::Default:
+        backends::print_backends(std::cout);
+        cli.run.output_dir = "kformer-out";
+        dispatch(backend, precision, [&](auto space, auto p) {
+          command_demo<typename decltype(p)::type>(space, cli.run, cli.demo_seed);
+        });
+        break;
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "\nkformer: error: %s\n", e.what());

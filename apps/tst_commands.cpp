@@ -69,9 +69,22 @@ TstConfig model_config(const ModelOptions& m, const data::SeriesSet& data, TstTa
   return c;
 }
 
-void apply_training_choices(TrainCliOptions& t) {
+TrainingOptions training_options(const TrainCliOptions& t) {
   const std::string where = "kformer";
-  auto& o = t.training;
+  TrainingOptions o;
+  o.batch_size = t.batch_size;
+  o.lr = t.lr;
+  o.lr_step = t.lr_step;
+  o.lr_factor = t.lr_factor;
+  o.optimizer.weight_decay = t.weight_decay;
+  o.clip_norm = t.clip_norm;
+  o.l2_reg = t.l2_reg;
+  o.masking.masking_ratio = t.masking_ratio;
+  o.masking.mean_mask_length = t.mean_mask_length;
+  o.masking.exclude_features = t.exclude_features;
+  o.forecast_horizon = t.forecast_horizon;
+  o.freeze_encoder = t.freeze_encoder;
+  o.seed = t.seed;
   if (t.optimizer == "adam")
     o.optimizer.kind = OptimizerKind::Adam;
   else if (t.optimizer == "adamw")
@@ -94,6 +107,7 @@ void apply_training_choices(TrainCliOptions& t) {
     fail(where, "unknown mask distribution '", t.mask_distribution,
          "' (expected geometric or bernoulli)");
   if (t.epochs < 0) fail(where, "--epochs must not be negative, got ", t.epochs);
+  return o;
 }
 
 std::string describe(const Evaluation& e, TstTask task) {

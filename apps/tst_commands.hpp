@@ -19,46 +19,20 @@
 #include <kformer/training/checkpoint.hpp>
 #include <kformer/training/tst_trainer.hpp>
 
+#include "cli.hpp"
 #include "progress.hpp"
 #include "report.hpp"
 
 namespace kformer::app {
-
-struct DataOptions {
-  std::string train, test;  // .ts or .csv files, or directories of per-series CSV files
-  std::string labels;       // labels CSV for a directory of series
-  std::string id_column = "series_id", label_column, time_column;
-  std::vector<std::string> target_columns;
-  double validation_fraction = 0.2;  // of the training data, when no test set is given
-};
-
-struct ModelOptions {
-  int d_model = 64, heads = 8, layers = 3, dim_feedforward = 256;
-  double dropout = 0.1;
-  std::string activation = "gelu", norm = "batchnorm", pos_encoding = "fixed",
-              projection = "linear";
-  bool norm_first = false;
-  int conv_kernel = 3;
-};
-
-struct TrainCliOptions {
-  int epochs = 20;
-  TrainingOptions training;
-  std::string optimizer = "adam", mask_mode = "separate", mask_distribution = "geometric";
-};
-
-struct RunOptions {
-  std::string output_dir;
-  bool progress = true;  // a redrawn bar on a terminal, plain lines otherwise
-  bool resume = false;
-};
 
 // Reads a dataset: .ts, a CSV file, or a directory of CSV files with a labels file.
 data::SeriesSet load_dataset(const std::string& path, const DataOptions& o,
                              const std::vector<std::string>& class_names = {});
 
 TstConfig model_config(const ModelOptions& m, const data::SeriesSet& data, TstTask task);
-void apply_training_choices(TrainCliOptions& t);
+// The training options of the command line; throws kformer::Error for an unknown optimizer, mask
+// mode or mask distribution, and for a negative number of epochs.
+TrainingOptions training_options(const TrainCliOptions& t);
 std::string describe(const Evaluation& e, TstTask task);
 
 // Runs epochs [first, epochs) of `trainer`, evaluating on `validation` after each, saving a

@@ -275,8 +275,12 @@ std::vector<std::size_t> feature_columns(const CsvReader& reader,
 }  // namespace
 
 SeriesSet read_csv(const std::string& path, const CsvOptions& options) {
+  return parse_csv(detail::read_text_file(path, "kformer::data::read_csv"), path, options);
+}
+
+SeriesSet parse_csv(std::string text, const std::string& source, const CsvOptions& options) {
   const std::string where = "kformer::data::read_csv";
-  CsvReader reader(detail::read_text_file(path, where), path, options.delimiter, where);
+  CsvReader reader(std::move(text), source, options.delimiter, where);
 
   std::vector<std::string> reserved = {options.id_column};
   if (!options.time_column.empty()) reserved.push_back(options.time_column);
@@ -311,8 +315,8 @@ SeriesSet read_csv(const std::string& path, const CsvOptions& options) {
     if (is_new) {
       all.emplace_back();
       all.back().id = id.text;
-      all.back().values_source = path;
-      all.back().label_source = path;
+      all.back().values_source = source;
+      all.back().label_source = source;
     }
     SeriesRows& series = all[it->second];
     for (const std::size_t c : features)
@@ -347,7 +351,7 @@ SeriesSet read_csv(const std::string& path, const CsvOptions& options) {
     }
   }
   if (all.empty())
-    fail_at(where, path, reader.header_line() + 1, 1, "no data rows after the header");
+    fail_at(where, source, reader.header_line() + 1, 1, "no data rows after the header");
   if (timed)
     for (auto& series : all)
       order_by_time(series, n_features, where);
@@ -446,24 +450,32 @@ SeriesSet read_csv_directory(const std::string& directory, const std::string& la
 }
 
 std::vector<std::uint8_t> read_mask_csv(const std::string& path, const SeriesSet& data) {
+  return parse_mask_csv(detail::read_text_file(path, "kformer::data::read_mask_csv"), path, data);
+}
+
+std::vector<std::uint8_t> parse_mask_csv(std::string text, const std::string& source,
+                                         const SeriesSet& data) {
   const std::string where = "kformer::data::read_mask_csv";
-  CsvReader reader(detail::read_text_file(path, where), path, ',', where);
-  const std::size_t columns[3] = {reader.column("series", "series column"), reader.column("step", "step column"),
+  CsvReader reader(std::move(text), source, ',', where);
+  const std::size_t columns[3] = {reader.column("series", "series column"),
+                                  reader.column("step", "step column"),
                                   reader.column("feature", "feature column")};
   const std::int64_t limits[3] = {data.n_series, data.max_len, data.n_features};
-  std::vector<std::uint8_t> mask(static_cast<std::size_t>(data.n_series * data.max_len * data.n_features), 1);
+  std::vector<std::uint8_t> mask(
+      static_cast<std::size_t>(data.n_series * data.max_len * data.n_features), 1);
   std::vector<Field> fields;
   while (reader.next(fields)) {
     std::int64_t index[3];
     for (int k = 0; k < 3; ++k) {
       const Field& f = fields[columns[k]];
       double value = 0;
-      if (!detail::parse_number(detail::trim(f.text), value) || value != std::floor(value) || value < 0 ||
-          value >= double(limits[k]))
+      if (!detail::parse_number(detail::trim(f.text), value) || value != std::floor(value) ||
+          value < 0 || value >= double(limits[k]))
         reader.error(f.column, "expected an index in [0, ", limits[k], "), found '", f.text, "'");
       index[k] = static_cast<std::int64_t>(value);
     }
-    mask[static_cast<std::size_t>((index[0] * data.max_len + index[1]) * data.n_features + index[2])] = 0;
+    mask[static_cast<std::size_t>((index[0] * data.max_len + index[1]) * data.n_features +
+                                  index[2])] = 0;
   }
   return mask;
 }

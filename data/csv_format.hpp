@@ -36,6 +36,8 @@ struct CsvOptions {
   std::vector<std::string> class_names;      // optional: the class order
 };
 SeriesSet read_csv(const std::string& path, const CsvOptions& options = {});
+// The same from text in memory; `source` stands for the file name in messages.
+SeriesSet parse_csv(std::string text, const std::string& source, const CsvOptions& options = {});
 
 // Layout 2: one file per series, <directory>/<id><extension>, each with a header and one row per
 // time step, and a labels file naming the series and their labels:
@@ -64,5 +66,8 @@ SeriesSet read_csv_directory(const std::string& directory, const std::string& la
 // which are 0 (hidden from the model, to be predicted). Laid out (n_series, max_len, n_features).
 // An index outside the data is a kformer::Error with the file, line and column.
 std::vector<std::uint8_t> read_mask_csv(const std::string& path, const SeriesSet& data);
+// The same from text in memory; `source` stands for the file name in messages.
+std::vector<std::uint8_t> parse_mask_csv(std::string text, const std::string& source,
+                                         const SeriesSet& data);
 
 }  // namespace kformer::data

@@ -143,10 +143,12 @@ class TsParser {
       error(name.column + static_cast<std::int64_t>(name.text.size()),
             "expected a positive integer after ", name.text);
     const Token& value = tokens[1];
+    // At most 12 digits, so that n cannot overflow.
     std::int64_t n = 0;
     bool ok = !value.text.empty() && value.text.size() <= 12;
-    for (const char c : value.text) {
-      ok = ok && c >= '0' && c <= '9';
+    for (std::size_t i = 0; ok && i < value.text.size(); ++i) {
+      const char c = value.text[i];
+      ok = c >= '0' && c <= '9';
       n = n * 10 + (c - '0');
     }
     if (!ok || n <= 0)

@@ -1,8 +1,12 @@
 #include "tst_config.hpp"
 
+#include <cstdint>
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "../core/error.hpp"
+#include "../core/json_integer.hpp"
 
 namespace kformer {
 
@@ -88,20 +92,23 @@ TstConfig tst_config_from_json(const std::string& text, const std::string& sourc
   }
   if (!j.is_object()) fail(where, source, ": expected a JSON object");
   TstConfig c;
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
+    const auto get_int = [&] { return get_integer<int>(value, where, source, key); };
     try {
       if (key == "feat_dim")
-        c.feat_dim = value.get<int>();
+        c.feat_dim = get_int();
       else if (key == "max_len")
-        c.max_len = value.get<int>();
+        c.max_len = get_int();
       else if (key == "d_model")
-        c.d_model = value.get<int>();
+        c.d_model = get_int();
       else if (key == "n_heads")
-        c.n_heads = value.get<int>();
+        c.n_heads = get_int();
       else if (key == "num_layers")
-        c.num_layers = value.get<int>();
+        c.num_layers = get_int();
       else if (key == "dim_feedforward")
-        c.dim_feedforward = value.get<int>();
+        c.dim_feedforward = get_int();
       else if (key == "dropout")
         c.dropout = value.get<double>();
       else if (key == "activation")
@@ -115,15 +122,15 @@ TstConfig tst_config_from_json(const std::string& text, const std::string& sourc
       else if (key == "projection")
         c.projection = parse_projection(value.get<std::string>());
       else if (key == "conv_kernel_size")
-        c.conv.kernel_size = value.get<int>();
+        c.conv.kernel_size = get_int();
       else if (key == "conv_dilation")
-        c.conv.dilation = value.get<int>();
+        c.conv.dilation = get_int();
       else if (key == "task")
         c.task = parse_task(value.get<std::string>());
       else if (key == "num_outputs")
-        c.num_outputs = value.get<int>();
+        c.num_outputs = get_int();
       else if (key == "seed")
-        c.seed = value.get<std::uint64_t>();
+        c.seed = get_integer<std::uint64_t>(value, where, source, key);
       else
         fail(where, source, ": unknown key '", key, "'");
     } catch (const nlohmann::json::exception& e) {

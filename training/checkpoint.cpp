@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../core/json_integer.hpp"
+
 namespace kformer {
 
 std::string checkpoint_weights_path(const std::string& directory) {
@@ -44,8 +46,10 @@ CheckpointInfo read_checkpoint_config(const std::string& directory) {
   try {
     if (j.contains("class_names"))
       info.class_names = j.at("class_names").get<std::vector<std::string>>();
-    if (j.contains("next_epoch")) info.next_epoch = j.at("next_epoch").get<int>();
-    if (j.contains("step")) info.step = j.at("step").get<std::uint64_t>();
+    if (j.contains("next_epoch"))
+      info.next_epoch = get_integer<int>(j.at("next_epoch"), where, path, "next_epoch");
+    if (j.contains("step"))
+      info.step = get_integer<std::uint64_t>(j.at("step"), where, path, "step");
   } catch (const nlohmann::json::exception& e) {
     fail(where, path, ": ", e.what());
   }

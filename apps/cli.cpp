@@ -1,0 +1,153 @@
+#include "cli.hpp"
+
+#include <CLI/CLI.hpp>
+
+namespace kformer::app {
+namespace {
+
+void add_data_options(CLI::App* cmd, DataOptions& d, bool with_test) {
+  cmd->add_option("--data", d.train,
+                  ".ts or .csv file, or a directory of .csv files (one per series)")
+      ->required();
+  if (with_test) {
+    cmd->add_option("--test", d.test, "validation/test data (default: a split of --data)");
+    cmd->add_option("--val-ratio", d.validation_fraction,
+                    "validation fraction when no --test is given");
+  }
+  cmd->add_option("--labels", d.labels, "labels CSV (id,label) for a directory of series");
+  cmd->add_option("--id-column", d.id_column, "CSV: the series-id column");
+  cmd->add_option("--label-column", d.label_column, "CSV: the class-label column");
+  cmd->add_option("--target-columns", d.target_columns, "CSV: regression target columns");
+  cmd->add_option("--time-column", d.time_column, "CSV: sort each series by this column");
+}
+
+void add_model_options(CLI::App* cmd, ModelOptions& m) {
+  cmd->add_option("--d-model", m.d_model, "model width");
+  cmd->add_option("--heads", m.heads, "attention heads");
+  cmd->add_option("--layers", m.layers, "encoder layers");
+  cmd->add_option("--dim-feedforward", m.dim_feedforward, "feed-forward width");
+  cmd->add_option("--dropout", m.dropout, "dropout probability");
+  cmd->add_option("--activation", m.activation, "gelu or relu");
+  cmd->add_option("--norm", m.norm, "batchnorm or layernorm");
+  cmd->add_flag("--norm-first", m.norm_first, "pre-norm encoder layers");
+  cmd->add_option("--pos-encoding", m.pos_encoding, "fixed, learnable or none");
+  cmd->add_option("--projection", m.projection, "linear or conv1d input projection");
+  cmd->add_option("--conv-kernel", m.conv_kernel, "kernel size of the conv1d projection");
+}
+
+void add_training_options(CLI::App* cmd, TrainCliOptions& t) {
+  cmd->add_option("--epochs", t.epochs, "epochs to train");
+  cmd->add_option("--batch-size", t.batch_size, "series per batch");
+  cmd->add_option("--lr", t.lr, "learning rate");
+  cmd->add_option("--lr-step", t.lr_step,
+                  "epochs after which the learning rate is multiplied by --lr-factor");
+  cmd->add_option("--lr-factor", t.lr_factor, "learning-rate decay factor");
+  cmd->add_option("--optimizer", t.optimizer, "adam, adamw or radam");
+  cmd->add_option("--weight-decay", t.weight_decay, "weight decay");
+  cmd->add_option("--clip-norm", t.clip_norm, "gradient clipping by global norm (0: off)");
+  cmd->add_option("--l2-reg", t.l2_reg, "L2 penalty on the output layer's weight");
+  cmd->add_option("--masking-ratio", t.masking_ratio, "pretraining: fraction of values masked");
+  cmd->add_option("--mean-mask-length", t.mean_mask_length,
+                  "pretraining: mean length of masked runs");
+  cmd->add_option("--mask-mode", t.mask_mode, "separate or concurrent");
+  cmd->add_option("--mask-distribution", t.mask_distribution, "geometric or bernoulli");
+  cmd->add_option("--exclude-features", t.exclude_features, "features never masked");
+  cmd->add_option("--forecast", t.forecast_horizon, "pretraining: mask the last N steps instead");
+  cmd->add_option("--seed", t.seed, "seed for batches, masks and dropout");
+}
+
+}  // namespace
+
+Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const char* const* argv) {
+  CliOptions& o = options;
+  app.description(
+      "kformer: transformer sequence models as Kokkos kernels. Without a command: the default job "
+      "(masked pretraining, fine-tuning and the positional-encoding ablation on generated data).");
+  app.require_subcommand(0, 1);
+  app.add_option("--backend", o.backend, "execution space (serial, openmp, cuda, hip, default)");
+  app.add_option("--precision", o.precision, "float or double")
+      ->check(CLI::IsMember({"float", "double"}));
+  app.add_flag("--no-progress", o.no_progress, "plain lines instead of a progress bar");
+  app.add_option("--demo-seed", o.demo_seed, "seed of the default job's data");
+  app.add_flag("--reproducible", o.reproducible,
+               "the same bits for any number of threads (host GEMMs as fixed tiles; slower)");
+  // The options above may also follow the subcommand: `kformer encode ... --backend serial`.
+  app.fallthrough();
+
+  auto* pretrain = app.add_subcommand("pretrain", "masked-value pretraining (imputation)");
+  add_data_options(pretrain, o.data, true);
+  add_model_options(pretrain, o.model);
+  add_training_options(pretrain, o.training);
+  pretrain->add_option("--output-dir", o.run.output_dir, "checkpoint and metrics directory")
+      ->default_val("kformer-out/pretrain");
+  pretrain->add_flag("--resume", o.run.resume, "continue from the checkpoint in --output-dir");
+
+  auto* finetune =
+      app.add_subcommand("finetune", "classification or regression, from scratch or pretrained");
+  add_data_options(finetune, o.data, true);
+  add_model_options(finetune, o.model);
+  add_training_options(finetune, o.training);
+  finetune->add_option("--pretrained", o.pretrained, "checkpoint directory of a pretrained model");
+  finetune->add_flag("--change-output", o.change_output,
+                     "replace the pretrained model's output layer");
+  finetune->add_flag("--freeze", o.training.freeze_encoder, "train the output layer only");
+  finetune->add_option("--output-dir", o.run.output_dir, "checkpoint and metrics directory")
+      ->default_val("kformer-out/finetune");
+  finetune->add_flag("--resume", o.run.resume, "continue from the checkpoint in --output-dir");
+
+  auto* evaluate = app.add_subcommand("evaluate", "loss and metrics of a checkpoint on a dataset");
+  evaluate->add_option("--checkpoint", o.checkpoint, "checkpoint directory")->required();
+  add_data_options(evaluate, o.data, false);
+  evaluate->add_option("--batch-size", o.batch_size, "series per batch");
+
+  auto* embed =
+      app.add_subcommand("embed", "per-series representations (mean over observed steps) as CSV");
+  embed->add_option("--checkpoint", o.checkpoint, "checkpoint directory")->required();
+  add_data_options(embed, o.data, false);
+  embed->add_option("--output", o.output, "CSV file to write")
+      ->default_val("kformer-out/embeddings.csv");
+  embed->add_option("--batch-size", o.batch_size, "series per batch");
+
+  auto* predict = app.add_subcommand("predict", "outputs of a checkpoint's model as CSV");
+  predict->add_option("--checkpoint", o.checkpoint, "checkpoint directory")->required();
+  add_data_options(predict, o.data, false);
+  predict->add_option("--masks", o.masks,
+                      "imputation: CSV (series,step,feature) of the values to hide and predict");
+  predict->add_option("--output", o.output, "CSV file to write")
+      ->default_val("kformer-out/predictions.csv");
+  predict->add_option("--batch-size", o.batch_size, "series per batch");
+
+  EncodeOptions& encode = o.encode;
+  auto* encode_cmd = app.add_subcommand("encode", "the positional-encoding matrix as CSV and PNG");
+  encode_cmd->add_option("--dim", encode.dim, "encoding dimension (columns)")
+      ->check(CLI::Range(1, 1 << 20));
+  encode_cmd->add_option("--len", encode.len, "sequence length (rows)")
+      ->check(CLI::Range(1, 1 << 24));
+  encode_cmd->add_option("--base", encode.base, "frequency base");
+  encode_cmd->add_option("--first-position", encode.first_position, "position of the first row");
+  encode_cmd->add_flag("--split", encode.split, "sines in the first half, cosines in the second");
+  encode_cmd->add_option("--csv", encode.csv, "write the matrix as CSV");
+  encode_cmd->add_option("--png", encode.png, "write the matrix as a heatmap PNG");
+
+  auto* generate =
+      app.add_subcommand("generate-data", "write the generated default datasets as .ts files");
+  generate->add_option("--output-dir", o.data_dir, "directory")->default_val("kformer-out/data");
+
+  auto* info = app.add_subcommand("info", "list the enabled backends and devices");
+
+  app.parse(argc, argv);
+  o.run.progress = !o.no_progress;
+  o.encode.precision = o.precision;
+
+  if (*info) return Command::Info;
+  if (*encode_cmd) return Command::Encode;
+  if (*generate) return Command::GenerateData;
+  if (*pretrain) return Command::Pretrain;
+  if (*finetune) return Command::Finetune;
+  if (*evaluate) return Command::Evaluate;
+  if (*predict) return Command::Predict;
+  if (*embed) return Command::Embed;
+  return Command::Default;
+}
+
+}  // namespace kformer::app

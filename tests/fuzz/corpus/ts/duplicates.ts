@@ -1,0 +1,4 @@
+@missing false
+@missing true
+@classLabel true a a
+@dimensions 999999999999

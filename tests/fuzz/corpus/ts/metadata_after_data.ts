@@ -1,0 +1,3 @@
+@data
+1
+@classLabel true a

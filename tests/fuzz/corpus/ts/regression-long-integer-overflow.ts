@@ -1,0 +1,4 @@
+@problemName Bad
+@dimensions 2@univ;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;ariate false
+@d
+@classLabel triue a m

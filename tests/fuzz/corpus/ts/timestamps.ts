@@ -1,0 +1,3 @@
+@timeStamps true
+@data
+(1,2.0),(2,3.0)

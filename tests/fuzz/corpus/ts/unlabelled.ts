@@ -1,0 +1,4 @@
+@classLabel false
+@data
+1,2:3,4
+5:6
