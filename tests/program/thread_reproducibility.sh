@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# With --reproducible, training gives the same bits on Serial and on OpenMP with 1 or 2 threads
+# (the host BLAS alone depends on its thread count; see backends::set_reproducible_gemm).
+#
+#   thread_reproducibility.sh KFORMER_PROGRAM WORK_DIR
+set -euo pipefail
+kformer=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+"$kformer" generate-data --output-dir "$work/data" >/dev/null 2>&1
+train() {  # backend threads output
+  OMP_NUM_THREADS=$2 OMP_PROC_BIND=false "$kformer" --backend "$1" --reproducible --no-progress \
+    pretrain --data "$work/data/regression_train.ts" --test "$work/data/regression_test.ts" \
+    --epochs 2 --d-model 32 --heads 4 --layers 2 --dim-feedforward 64 --batch-size 32 --seed 5 \
+    --output-dir "$work/$3" >"$work/$3.log" 2>&1
+}
+train serial 1 serial
+train openmp 1 openmp1
+train openmp 2 openmp2
+for run in openmp1 openmp2; do
+  if ! cmp "$work/serial/model.safetensors" "$work/$run/model.safetensors"; then
+    echo "FAIL: $run's checkpoint differs from serial's" >&2
+    exit 1
+  fi
+done
+echo "serial, openmp with 1 thread and with 2 threads: identical checkpoints after 2 epochs"
