@@ -1,4 +1,4 @@
-// kformer: positional encodings and transformer-encoder layers as Kokkos kernels.
+// kformer: positional encodings, transformer-encoder layers and the TST model as Kokkos kernels.
 // The one header a user includes; it pulls in the public interface of every module.
 #pragma once
 
@@ -29,3 +29,9 @@
 #include "layers/layer_norm.hpp"
 #include "layers/linear.hpp"
 #include "layers/norm.hpp"
+#include "losses/losses.hpp"
+#include "masking/noise_mask.hpp"
+#include "models/tst.hpp"
+#include "optimizers/optimizers.hpp"
+#include "training/checkpoint.hpp"
+#include "training/tst_trainer.hpp"
