@@ -54,6 +54,8 @@ void add_training_options(CLI::App* cmd, TrainCliOptions& t) {
   cmd->add_option("--exclude-features", t.exclude_features, "features never masked");
   cmd->add_option("--forecast", t.forecast_horizon, "pretraining: mask the last N steps instead");
   cmd->add_option("--seed", t.seed, "seed for batches, masks and dropout");
+  cmd->add_flag("--check-finite", t.check_finite,
+                "stop at the first layer that produces a NaN or Inf, naming it (slower)");
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ struct TrainCliOptions {
   int forecast_horizon = 0;
   std::uint64_t seed = 1337;
   bool freeze_encoder = false;
+  bool check_finite = false;
 };
 
 struct RunOptions {

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -545,6 +546,11 @@ int main(int argc, char* argv[]) {
   } catch (const Error& e) {
     std::fprintf(stderr, "\nkformer: error: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    // Not one of kformer's checks (an allocation that failed, a library's own exception): still
+    // one line and a non-zero exit rather than std::terminate.
+    std::fprintf(stderr, "\nkformer: error (unexpected): %s\n", e.what());
+    return 3;
   }
   return 0;
 }

@@ -84,6 +84,7 @@ TrainingOptions training_options(const TrainCliOptions& t) {
   o.masking.exclude_features = t.exclude_features;
   o.forecast_horizon = t.forecast_horizon;
   o.freeze_encoder = t.freeze_encoder;
+  o.check_finite = t.check_finite;
   o.seed = t.seed;
   if (t.optimizer == "adam")
     o.optimizer.kind = OptimizerKind::Adam;
