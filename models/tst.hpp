@@ -145,6 +145,7 @@ class TimeSeriesTransformer {
 
   const TstConfig& config() const { return config_; }
   bool has_learnable_positional_encoding() const { return learnable_pe_.has_value(); }
+  bool has_fixed_positional_encoding() const { return fixed_pe_.has_value(); }
   ParameterBuffer<T, memory_space>& parameters() { return parameters_; }
   TransformerEncoder<T, ExecutionSpace>& encoder() { return encoder_; }
   // The offset in parameters() where the output layer's parameters start.
@@ -315,8 +316,10 @@ class TimeSeriesTransformer {
   }
 
   template <class ViewType>
-  void check(const ExecutionSpace& exec, const ViewType& v, const char* block, const char* pass) const {
-    if (check_finite_) require_finite(exec, v, "kformer: non-finite value", std::string(block) + " (" + pass + ")");
+  void check(const ExecutionSpace& exec, const ViewType& v, const char* block,
+             const char* pass) const {
+    if (check_finite_)
+      require_finite(exec, v, "kformer: non-finite value", std::string(block) + " (" + pass + ")");
   }
 
   // The first parameter whose gradient holds a NaN or Inf, by name.
@@ -326,7 +329,8 @@ class TimeSeriesTransformer {
     if (i < 0) return;
     for (const auto& e : parameters_.entries())
       if (i >= e.offset && i < e.offset + e.numel)
-        fail("kformer: non-finite value", "the gradient of ", e.name, " holds a NaN or Inf at element ", i - e.offset);
+        fail("kformer: non-finite value", "the gradient of ", e.name,
+             " holds a NaN or Inf at element ", i - e.offset);
   }
 
   void check_inputs(const std::string& where, const ConstTensor3& x, const KeepMask& keep) const {

@@ -167,12 +167,14 @@ std::vector<Case> encoding_cases(const Space& space) {
   std::vector<Case> cases;
   cases.push_back(copy_case(space, n, copy, shape));
   cases.push_back(model_case("encoding.fixed.add", shape, 2 * tensor_bytes, [=]() {
-    const auto [x, y] = tensors();
+    const auto io = tensors();
+    const auto x = io.first, y = io.second;
     auto fixed = std::make_shared<kformer::PositionalEncoding<float, Space>>(dim);
     return std::function<void()>([=]() { fixed->forward(space, x, y); });
   }));
   cases.push_back(model_case("encoding.fixed.inplace", shape, 2 * tensor_bytes, [=]() {
-    const auto [x, y] = tensors();
+    const auto io = tensors();
+    const auto x = io.first, y = io.second;
     auto fixed = std::make_shared<kformer::PositionalEncoding<float, Space>>(dim);
     return std::function<void()>([=]() { fixed->forward_inplace(space, y); });
   }));
@@ -181,7 +183,8 @@ std::vector<Case> encoding_cases(const Space& space) {
   }));
   // What the fixed encoding avoids: x + a cached (seq, dim) table, as PyTorch's TST does.
   cases.push_back(model_case("encoding.cached_table.add", shape, 2 * tensor_bytes, [=]() {
-    const auto [x, y] = tensors();
+    const auto io = tensors();
+    const auto x = io.first, y = io.second;
     const auto table = kformer::positional_encoding<float>(space, dim, seq);
     return std::function<void()>([=]() {
       const std::int64_t per_batch = std::int64_t(seq) * dim;
@@ -199,21 +202,24 @@ std::vector<Case> encoding_cases(const Space& space) {
   }));
   cases.push_back(
       model_case("encoding.learnable.forward", shape, 2 * tensor_bytes + table_bytes, [=]() {
-        const auto [x, y] = tensors();
+        const auto io = tensors();
+        const auto x = io.first, y = io.second;
         auto learnable =
             std::make_shared<kformer::LearnablePositionalEncoding<float, Space>>(space, seq, dim);
         return std::function<void()>([=]() { learnable->forward(space, x, y); });
       }));
   cases.push_back(
       model_case("encoding.learnable.backward", shape, 2 * tensor_bytes + 2 * table_bytes, [=]() {
-        const auto [x, y] = tensors();
+        const auto io = tensors();
+        const auto x = io.first, y = io.second;
         auto learnable =
             std::make_shared<kformer::LearnablePositionalEncoding<float, Space>>(space, seq, dim);
         return std::function<void()>([=]() { learnable->backward(space, x, y); });
       }));
   cases.push_back(model_case(
       "encoding.value.add", shape, 2 * tensor_bytes + double(batch) * seq * sizeof(float), [=]() {
-        const auto [x, y] = tensors();
+        const auto io = tensors();
+        const auto x = io.first, y = io.second;
         auto value = std::make_shared<kformer::ValueEncoding<float, Space>>(space, dim);
         Tensor2<float, Space> values("values", batch, seq);
         Kokkos::deep_copy(values, 0.75f);

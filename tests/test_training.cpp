@@ -216,15 +216,44 @@ TEST_CASE("Loading a checkpoint into a model that does not fit fails with every 
   rmdir(dir.c_str());
 }
 
-TEST_CASE("The finite guard names the first block that produced a NaN; NaN input and weights are refused",
-          "[training][errors]") {
+TEST_CASE("A fixed-encoding model checks the file's pos_enc.pe table against its sinusoid",
+          "[training][checkpoint][errors]") {
+  const auto train = small_set(16, 5);
+  TstConfig fixed_config = small_config(train, TstTask::Imputation);
+  fixed_config.pos_encoding = PositionalEncodingKind::Fixed;
+  TstConfig learnable_config = fixed_config;
+  learnable_config.pos_encoding = PositionalEncodingKind::Learnable;
+  TimeSeriesTransformer<float, Space> fixed(Space(), fixed_config);
+  TimeSeriesTransformer<float, Space> learnable(Space(), learnable_config);
+
+  // A fixed model's own file (its table is the sinusoid) loads.
+  safetensors::Writer own;
+  add_state_dict(Space(), own, fixed);
+  CHECK_NOTHROW(load_state_dict(Space(), fixed, safetensors::File::parse(own.serialize(), "own")));
+
+  // A learnable model's table is not a sinusoid: refused, naming the key, nothing written.
+  safetensors::Writer other;
+  add_state_dict(Space(), other, learnable);
+  const auto file = safetensors::File::parse(other.serialize(), "learned");
+  const auto before = parameters_of(fixed);
+  CHECK_THROWS_WITH(load_state_dict(Space(), fixed, file),
+                    Catch::Contains("shape mismatches (1)") &&
+                        Catch::Contains("pos_enc.pe: the file's table is not the fixed sinusoid") &&
+                        Catch::Contains("configure pos_encoding learnable"));
+  CHECK(bitwise_equal(parameters_of(fixed), before));
+}
+
+TEST_CASE(
+    "The finite guard names the first block that produced a NaN; NaN input and weights are refused",
+    "[training][errors]") {
   const auto train = small_set(8, 7);
   TimeSeriesTransformer<float, Space> model(Space(), small_config(train, TstTask::Imputation));
   // Poison the second layer's feed-forward.
   const auto* entry = model.parameters().find("transformer_encoder.layers.1.linear1.weight");
   REQUIRE(entry != nullptr);
   Kokkos::deep_copy(Kokkos::subview(model.parameters().values(), entry->offset + 3), std::nanf(""));
-  const int batch = 2, seq = static_cast<int>(train.max_len), F = static_cast<int>(train.n_features);
+  const int batch = 2, seq = static_cast<int>(train.max_len),
+            F = static_cast<int>(train.n_features);
   const auto x = device_from<float, Space>(random_values(batch * seq * F, 1), batch, seq, F);
   Kokkos::View<std::uint8_t**, Kokkos::LayoutRight, Space::memory_space> keep("keep", batch, seq);
   Kokkos::deep_copy(keep, 1);
@@ -238,15 +267,18 @@ TEST_CASE("The finite guard names the first block that produced a NaN; NaN input
   // The model's input must be finite whatever the guard says.
   auto bad = random_values(batch * seq * F, 2);
   bad[5] = std::numeric_limits<double>::infinity();
-  CHECK_THROWS_WITH(model.forward(Space(), RunContext{false, 0}, device_from<float, Space>(bad, batch, seq, F), keep, out),
-                    Catch::Contains("x (missing values must be filled before the model) holds inf at element 5"));
+  CHECK_THROWS_WITH(
+      model.forward(Space(), RunContext{false, 0}, device_from<float, Space>(bad, batch, seq, F),
+                    keep, out),
+      Catch::Contains("x (missing values must be filled before the model) holds inf at element 5"));
   // A checkpoint holding a NaN weight is refused before anything is loaded.
   const std::string dir = temporary_directory();
   save_checkpoint<float, Space>(dir, model, nullptr, CheckpointInfo{});
   TimeSeriesTransformer<float, Space> fresh(Space(), small_config(train, TstTask::Imputation));
   const auto before = parameters_of(fresh);
-  CHECK_THROWS_WITH((load_checkpoint<float, Space>(Space(), dir, fresh, nullptr)),
-                    Catch::Contains("transformer_encoder.layers.1.linear1.weight' holds nan at element 3"));
+  CHECK_THROWS_WITH(
+      (load_checkpoint<float, Space>(Space(), dir, fresh, nullptr)),
+      Catch::Contains("transformer_encoder.layers.1.linear1.weight' holds nan at element 3"));
   CHECK(bitwise_equal(parameters_of(fresh), before));
   std::remove((dir + "/model.safetensors").c_str());
   std::remove((dir + "/config.json").c_str());

@@ -71,6 +71,39 @@ void load_values(const safetensors::File& file, const std::string& name, const V
     copy_to_view(file.to_double(name), view, "tensor '" + name + "'");
 }
 
+// "" when the file's pos_enc.pe (file_name) is the fixed sinusoid `model` computes, over the rows
+// both have; otherwise what differs. PyTorch builds TST's table in float32, whose sin and cos of
+// arguments up to p lose about p * 2^-24: the tolerance grows with the position. A learned table
+// (values near 0) or another base fails by orders of magnitude more.
+template <class ExecutionSpace, class Model>
+std::string fixed_table_difference(const ExecutionSpace& exec, Model& model,
+                                   const safetensors::File& file, const std::string& file_name) {
+  std::string problem;
+  model.visit_computed_state(
+      exec, [&](const std::string& name, const std::vector<std::int64_t>& shape, const auto& v) {
+        if (name != "pos_enc.pe") return;
+        const auto& info = file.info(file_name);
+        const std::int64_t d = shape.back();
+        if (info.shape.empty() || info.shape.back() != d || info.numel() % d != 0) {
+          problem = "file " + shape_text(info.shape) + ", model " + shape_text(shape);
+          return;
+        }
+        const auto mine = to_host(v);
+        const auto theirs = file.to_double(file_name);
+        const std::int64_t rows = std::min<std::int64_t>(info.numel() / d, shape[0]);
+        for (std::int64_t i = 0; i < rows * d && problem.empty(); ++i) {
+          const double expected = static_cast<double>(mine.data()[i]);
+          const double tolerance = 1e-5 + 4.0 * double(i / d) * 0x1p-24;
+          if (!(std::abs(theirs[i] - expected) <= tolerance))
+            problem = "the file's table is not the fixed sinusoid the model computes: (" +
+                      std::to_string(i / d) + ", 0, " + std::to_string(i % d) + ") is " +
+                      std::to_string(theirs[i]) + ", the sinusoid " + std::to_string(expected) +
+                      " (a learnable encoding? configure pos_encoding learnable)";
+        }
+      });
+  return problem;
+}
+
 }  // namespace detail
 
 // Adds the model's parameters and BatchNorm state under their state_dict names to `writer`:
@@ -101,10 +134,10 @@ void add_state_dict(const ExecutionSpace& exec, safetensors::Writer& writer, Mod
 }
 
 // Loads parameters and BatchNorm state from `file` into the model. Keys not in the model are
-// `unexpected` (TST's fixed-encoding buffer pos_enc.pe is accepted when the model computes its
-// encoding), model keys not in the file `missing`, shapes that differ (beyond size-1 axes)
-// `mismatched`. In strict mode any of these is one kformer::Error listing all of them, raised
-// before anything is written; otherwise the matching keys load and the report says the rest.
+// `unexpected` (TST's fixed-encoding buffer pos_enc.pe is checked against the sinusoid when the
+// model computes its encoding), model keys not in the file `missing`, shapes that differ (beyond
+// size-1 axes) `mismatched`. In strict mode any of these is one kformer::Error listing all of them,
+// raised before anything is written; otherwise the matching keys load and the report says the rest.
 template <class ExecutionSpace, class Model>
 LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safetensors::File& file,
                            const LoadOptions& options = {}) {
@@ -163,8 +196,12 @@ LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safet
     if (std::any_of(options.other_prefixes.begin(), options.other_prefixes.end(),
                     [&](const std::string& p) { return detail::starts_with(key, p); }))
       continue;
-    if (key == "pos_enc.pe" && !model.has_learnable_positional_encoding())
-      continue;  // a fixed table
+    if (key == "pos_enc.pe" && model.has_fixed_positional_encoding()) {
+      // kformer computes the fixed table; the file's must be the same sinusoid.
+      const std::string problem = detail::fixed_table_difference(exec, model, file, file_name);
+      if (!problem.empty()) report.mismatched.push_back("pos_enc.pe: " + problem);
+      continue;
+    }
     report.unexpected.push_back(file_name);
   }
   if (options.strict &&
