@@ -1,6 +1,8 @@
 // Live and peak bytes of Kokkos allocations (all memory spaces), from the Kokkos Tools
 // allocate/deallocate callbacks: kformer-bench reports each case's peak_bytes, the high-water
-// mark of what it allocated above what was live before it started.
+// mark of what it allocated above what was live before it started. The callbacks run
+// concurrently (Kokkos' OpenMP backend allocates per-thread scratch inside a parallel region):
+// only atomics here.
 #pragma once
 
 #include <atomic>

@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <string>
 
 #include <Kokkos_Core.hpp>
 
@@ -18,7 +17,6 @@ class AllocationCounter {
   AllocationCounter() : start_count_(count()), start_bytes_(bytes()) {}
   std::uint64_t allocations() const { return count() - start_count_; }
   std::uint64_t allocated_bytes() const { return bytes() - start_bytes_; }
-  static const std::string& last_label() { return label(); }
 
  private:
   static std::atomic<std::uint64_t>& count_ref() {
@@ -29,17 +27,14 @@ class AllocationCounter {
     static std::atomic<std::uint64_t> b{0};
     return b;
   }
-  static std::string& label() {
-    static std::string l;
-    return l;
-  }
   static std::uint64_t count() { return count_ref().load(); }
   static std::uint64_t bytes() { return bytes_ref().load(); }
-  static void on_allocate(const Kokkos_Profiling_SpaceHandle, const char* name, const void*,
+  // Called concurrently: Kokkos' OpenMP backend allocates each thread's team scratch from inside
+  // a parallel region, so everything here must be atomic.
+  static void on_allocate(const Kokkos_Profiling_SpaceHandle, const char*, const void*,
                           const std::uint64_t size) {
     ++count_ref();
     bytes_ref() += size;
-    label() = name;
   }
 
   std::uint64_t start_count_, start_bytes_;
