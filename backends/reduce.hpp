@@ -1,8 +1,9 @@
 // Deterministic reductions over the rows of a (rows, cols) matrix: bias and norm-parameter
-// gradients, batch statistics. No floating-point atomics: rows are cut into a fixed number of
-// blocks (independent of the backend and the thread count), each block is summed in row order
-// into a partial row, and the partial rows are summed in block order. The same inputs give the
-// same bits on a backend for any number of threads.
+// gradients, batch statistics; and the first out-of-range entry of an integer vector. No
+// floating-point atomics: rows are cut into a fixed number of blocks (independent of the backend
+// and the thread count), each block is summed in row order into a partial row, and the partial rows
+// are summed in block order. The same inputs give the same bits on a backend for any number of
+// threads.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +64,35 @@ void column_sum(const ExecutionSpace& exec,
       exec, m.extent(0), static_cast<int>(m.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const int j) { return m(i, j); }, out, accumulate,
       partial_buffer);
+}
+
+// The first index i whose values(i) lies outside [lowest, highest], and that value; index is
+// values.extent(0) when every value is inside. An integer reduction on the device, so that labels
+// or lengths can be checked without copying them to the host.
+struct FirstOutside {
+  std::int64_t index;
+  std::int32_t value;
+};
+
+template <class ExecutionSpace>
+FirstOutside first_outside(
+    const ExecutionSpace& exec, const char* label,
+    const Tensor1<const std::int32_t, typename ExecutionSpace::memory_space>& values,
+    std::int64_t lowest, std::int64_t highest) {
+  using Reducer = Kokkos::MinLoc<std::int64_t, std::int32_t>;
+  typename Reducer::value_type first;
+  const std::int64_t n = values.extent(0);
+  Kokkos::parallel_reduce(
+      label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+      KOKKOS_LAMBDA(const std::int64_t i, typename Reducer::value_type& bad) {
+        const std::int32_t v = values(i);
+        if ((v < lowest || v > highest) && i < bad.val) {
+          bad.val = i;
+          bad.loc = v;
+        }
+      },
+      Reducer(first));
+  return {first.val < n ? first.val : n, first.loc};
 }
 
 }  // namespace kformer::backends

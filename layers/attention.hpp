@@ -101,10 +101,9 @@ class MultiHeadAttention {
     out_proj_.zero_grad(exec);
   }
 
-  // Bytes held between forward and backward for a (batch, seq) input.
+  // Bytes held between forward and backward for a (batch, seq) input in training.
   std::int64_t saved_bytes(std::int64_t batch, std::int64_t seq) const {
-    const std::int64_t probs = batch * heads_ * seq * seq * (dropout_ > 0 ? 2 : 1);
-    return (batch * seq * 4 * d_ + probs) * std::int64_t(sizeof(T));
+    return forward_bytes(batch, seq, true).total();
   }
 
   // y = MHA(x).   x, y: (B, S, d); key_padding_mask: (B, S) or empty; attn_mask: (S, S) or empty.
@@ -220,28 +219,45 @@ class MultiHeadAttention {
   bool dropout_active_ = false;
   int batch_ = 0, seq_ = 0;
   Linear<T, ExecutionSpace> in_proj_, out_proj_;
+  // The bytes of a pass's buffers for a (batch, seq) input: the (batch, heads, seq, seq) score
+  // matrices and the (batch * seq, d) rows.
+  struct Bytes {
+    std::int64_t squares = 0, rows = 0;
+    std::int64_t total() const { return squares + rows; }
+  };
+  // The forward's: probabilities (and their dropout copy in training), qkv and context.
+  Bytes forward_bytes(std::int64_t batch, std::int64_t seq, bool training) const {
+    const std::int64_t square = batch * heads_ * seq * seq * std::int64_t(sizeof(T));
+    const std::int64_t row = batch * seq * d_ * std::int64_t(sizeof(T));
+    return {square * (training && dropout_ > 0.0 ? 2 : 1), 4 * row};
+  }
+  // The backward's own: d_probs, d_context and d_qkv.
+  Bytes backward_bytes(std::int64_t batch, std::int64_t seq) const {
+    const std::int64_t square = batch * heads_ * seq * seq * std::int64_t(sizeof(T));
+    const std::int64_t row = batch * seq * d_ * std::int64_t(sizeof(T));
+    return {square, 4 * row};
+  }
+
   // Refuses a (batch, seq) whose buffers would not fit in the memory space, before allocating
   // any: with the square of seq in them they can need terabytes, which would otherwise end in an
   // out-of-memory crash (or the kernel's OOM killer on an overcommitting host).
   void check_memory(const std::string& where, std::int64_t batch, std::int64_t seq,
                     bool training) const {
-    const std::int64_t n = batch * seq;
-    const bool dropout = training && dropout_ > 0.0;
-    // probs, dropped probs (with dropout), d_probs (training): (batch, heads, seq, seq) each.
-    const std::int64_t squares = (1 + (dropout ? 1 : 0) + (training ? 1 : 0)) * batch * heads_ *
-                                 seq * seq * std::int64_t(sizeof(T));
-    // qkv and context; d_context and d_qkv for training.
-    const std::int64_t rows = (4 + (training ? 4 : 0)) * n * d_ * std::int64_t(sizeof(T));
-    const std::int64_t needed = squares + rows;
+    Bytes need = forward_bytes(batch, seq, training);
+    if (training) {
+      const Bytes backward = backward_bytes(batch, seq);
+      need.squares += backward.squares;
+      need.rows += backward.rows;
+    }
     const std::int64_t held =
         std::int64_t(qkv_.bytes() + probs_.bytes() + dropped_.bytes() + context_.bytes() +
                      d_context_.bytes() + d_probs_.bytes() + d_qkv_.bytes());
-    if (needed <= held) return;
+    if (need.total() <= held) return;
     const std::int64_t available = backends::available_bytes<memory_space>();
-    if (available >= 0 && needed - held > available)
+    if (available >= 0 && need.total() - held > available)
       fail(where, "batch ", batch, ", seq ", seq, " and ", heads_, " heads need ",
-           backends::format_bytes(double(needed)), " of attention buffers (",
-           backends::format_bytes(double(squares)),
+           backends::format_bytes(double(need.total())), " of attention buffers (",
+           backends::format_bytes(double(need.squares)),
            " of them (batch, heads, seq, seq) score matrices), but only ",
            backends::format_bytes(double(available)), " of ", memory_space::name(),
            " is available: use shorter sequences or smaller batches");

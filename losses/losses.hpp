@@ -26,6 +26,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../backends/reduce.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
 #include "../core/profiling.hpp"
@@ -47,28 +48,15 @@ struct ErrorSums {
 
 namespace detail {
 
-// Throws Error(where: "labels(i) = y is outside [0, classes)") for the first such i, found by an
-// integer reduction on the device (so the labels never leave it).
+// Throws Error(where: "labels(i) = y is outside [0, classes)") for the first such i.
 template <class ExecutionSpace>
 void check_labels(const ExecutionSpace& exec, const std::string& where,
                   const Tensor1<const std::int32_t, typename ExecutionSpace::memory_space>& labels,
                   std::int64_t classes) {
-  using Reducer = Kokkos::MinLoc<std::int64_t, std::int32_t>;
-  typename Reducer::value_type first_bad;
-  const std::int64_t n = labels.extent(0);
-  Kokkos::parallel_reduce(
-      "kformer::losses::check_labels",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-      KOKKOS_LAMBDA(const std::int64_t i, typename Reducer::value_type& bad) {
-        const std::int32_t y = labels(i);
-        if ((y < 0 || y >= classes) && i < bad.val) {
-          bad.val = i;
-          bad.loc = y;
-        }
-      },
-      Reducer(first_bad));
-  if (first_bad.val < n)
-    fail(where, "labels(", first_bad.val, ") = ", first_bad.loc, " is outside [0, ", classes, ")");
+  const auto bad =
+      backends::first_outside(exec, "kformer::losses::check_labels", labels, 0, classes - 1);
+  if (bad.index < std::int64_t(labels.extent(0)))
+    fail(where, "labels(", bad.index, ") = ", bad.value, " is outside [0, ", classes, ")");
 }
 
 }  // namespace detail

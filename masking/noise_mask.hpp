@@ -31,6 +31,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../backends/reduce.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
 #include "../core/profiling.hpp"
@@ -52,29 +53,16 @@ struct NoiseMaskOptions {
 
 namespace detail {
 
-// Throws Error(where: "lengths(b) = L is outside [0, seq]") for the first such b, found by an
-// integer reduction on the device.
+// Throws Error(where: "lengths(b) = L is outside [0, seq]") for the first such b.
 template <class ExecutionSpace>
 void check_lengths(
     const ExecutionSpace& exec, const std::string& where,
     const Tensor1<const std::int32_t, typename ExecutionSpace::memory_space>& lengths,
     std::int64_t seq) {
-  using Reducer = Kokkos::MinLoc<std::int64_t, std::int32_t>;
-  typename Reducer::value_type first_bad;
-  const std::int64_t n = lengths.extent(0);
-  Kokkos::parallel_reduce(
-      "kformer::masking::check_lengths",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-      KOKKOS_LAMBDA(const std::int64_t b, typename Reducer::value_type& bad) {
-        const std::int32_t length = lengths(b);
-        if ((length < 0 || length > seq) && b < bad.val) {
-          bad.val = b;
-          bad.loc = length;
-        }
-      },
-      Reducer(first_bad));
-  if (first_bad.val < n)
-    fail(where, "lengths(", first_bad.val, ") = ", first_bad.loc, " is outside [0, ", seq, "]");
+  const auto bad =
+      backends::first_outside(exec, "kformer::masking::check_lengths", lengths, 0, seq);
+  if (bad.index < std::int64_t(lengths.extent(0)))
+    fail(where, "lengths(", bad.index, ") = ", bad.value, " is outside [0, ", seq, "]");
 }
 
 // The uniform draws u_0, u_1, ... of one chain, in order (see the header comment).

@@ -27,11 +27,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <kformer/backends/memory_tracker.hpp>
 #include <kformer/core/file_io.hpp>
 #include <kformer/kformer.hpp>
 
 #include "kernel_profile.hpp"
-#include "memory_tracker.hpp"
 
 namespace {
 
@@ -264,6 +264,22 @@ std::vector<Case> linear_cases(const Space& space) {
   return cases;
 }
 
+// One run of a (batch, seq, d) -> (batch, seq, d) layer on fixed inputs: the forward in eval mode,
+// or forward and backward in training mode (a new dropout step each run).
+template <class Space, class Layer>
+std::function<void()> layer_run(const Space& space, std::shared_ptr<Layer> layer, int batch,
+                                int seq, int d, bool training) {
+  Tensor3<float, Space> x("x", batch, seq, d), y("y", batch, seq, d), dy("dy", batch, seq, d),
+      dx("dx", batch, seq, d);
+  Kokkos::deep_copy(x, 0.5f);
+  Kokkos::deep_copy(dy, 0.01f);
+  auto step = std::make_shared<std::uint64_t>(0);
+  return [=]() {
+    layer->forward(space, kformer::RunContext{training, ++*step}, x, y);
+    if (training) layer->backward(space, x, dy, dx);
+  };
+}
+
 // Multi-head self-attention (dropout 0.1): forward in eval mode, and a training step (forward and
 // backward in training mode). Flops: the projections 2 N d (3d + d) and the two batched products
 // 4 B S^2 d; a training step counts three times the forward.
@@ -278,15 +294,7 @@ std::vector<Case> attention_cases(const Space& space, const std::string& tag, in
     return [=]() -> std::function<void()> {
       auto mha = std::make_shared<kformer::MultiHeadAttention<float, Space>>(
           space, d, kformer::MultiHeadAttentionOptions{heads, 0.1, 1});
-      Tensor3<float, Space> x("x", batch, seq, d), y("y", batch, seq, d), dy("dy", batch, seq, d),
-          dx("dx", batch, seq, d);
-      Kokkos::deep_copy(x, 0.5f);
-      Kokkos::deep_copy(dy, 0.01f);
-      auto step = std::make_shared<std::uint64_t>(0);
-      return [=]() {
-        mha->forward(space, kformer::RunContext{training, ++*step}, x, y);
-        if (training) mha->backward(space, x, dy, dx);
-      };
+      return layer_run(space, mha, batch, seq, d, training);
     };
   };
   return {{"attention." + tag + ".forward", shape, 0, forward_flops, "limit.sgemm", batch, seq,
@@ -317,15 +325,7 @@ std::vector<Case> encoder_cases(const Space& space, const std::string& prefix, i
       o.heads = heads;
       o.dim_feedforward = ff;
       auto encoder = std::make_shared<kformer::TransformerEncoder<float, Space>>(space, layers, o);
-      Tensor3<float, Space> x("x", batch, seq, d), y("y", batch, seq, d), dy("dy", batch, seq, d),
-          dx("dx", batch, seq, d);
-      Kokkos::deep_copy(x, 0.5f);
-      Kokkos::deep_copy(dy, 0.01f);
-      auto step = std::make_shared<std::uint64_t>(0);
-      return [=]() {
-        encoder->forward(space, kformer::RunContext{training, ++*step}, x, y);
-        if (training) encoder->backward(space, x, dy, dx);
-      };
+      return layer_run(space, encoder, batch, seq, d, training);
     };
   };
   std::vector<Case> cases;
@@ -460,8 +460,8 @@ void run_backend(const Space& space, const Options& o, nlohmann::json& results) 
     }
     const auto* baseline = o.profile ? nullptr : baseline_run(c.baseline);
     space.fence();
-    const std::int64_t live_before = kformer::bench::MemoryTracker::live();
-    kformer::bench::MemoryTracker::reset_peak();
+    const std::int64_t live_before = kformer::backends::MemoryTracker::live();
+    kformer::backends::MemoryTracker::reset_peak();
     Timing t, tb;
     {
       // A case of the baseline itself reuses the baseline's state.
@@ -471,7 +471,7 @@ void run_backend(const Space& space, const Options& o, nlohmann::json& results) 
       std::tie(t, tb) = time_case(space, run, baseline, o.repeat);
       space.fence();
     }
-    const std::int64_t peak_bytes = kformer::bench::MemoryTracker::peak() - live_before;
+    const std::int64_t peak_bytes = kformer::backends::MemoryTracker::peak() - live_before;
     if (o.profile) {
       kformer::bench::KernelProfile::print(t.median * (o.repeat + 2));
       continue;
@@ -584,7 +584,7 @@ int main(int argc, char* argv[]) {
   if (o.profile)
     kformer::bench::KernelProfile::install();
   else
-    kformer::bench::MemoryTracker::install();
+    kformer::backends::MemoryTracker::install();
   nlohmann::json results = nlohmann::json::array();
   try {
     kformer::backends::print_backends(std::cout);

@@ -7,11 +7,7 @@
 #
 #   bad_input_sweep.sh KFORMER_PROGRAM WORK_DIR
 set -uo pipefail
-kformer=$1
-work=$2
-rm -rf "$work"
-mkdir -p "$work"
-"$kformer" generate-data --output-dir "$work/data" >/dev/null 2>&1 || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" "$@"
 data=$work/data
 small=(--d-model 16 --heads 2 --layers 1 --dim-feedforward 32 --batch-size 32 --epochs 1
        --no-progress)

@@ -5,11 +5,7 @@
 #
 #   kill_resume.sh KFORMER_PROGRAM WORK_DIR
 set -euo pipefail
-kformer=$1
-work=$2
-rm -rf "$work"
-mkdir -p "$work"
-"$kformer" generate-data --output-dir "$work/data" >/dev/null 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" "$@"
 epochs=12
 args=(--backend serial --no-progress pretrain --data "$work/data/regression_train.ts"
       --test "$work/data/regression_test.ts" --epochs "$epochs" --d-model 16 --heads 2 --layers 1

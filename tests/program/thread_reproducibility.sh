@@ -4,11 +4,7 @@
 #
 #   thread_reproducibility.sh KFORMER_PROGRAM WORK_DIR
 set -euo pipefail
-kformer=$1
-work=$2
-rm -rf "$work"
-mkdir -p "$work"
-"$kformer" generate-data --output-dir "$work/data" >/dev/null 2>&1
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" "$@"
 train() {  # backend threads output
   OMP_NUM_THREADS=$2 OMP_PROC_BIND=false "$kformer" --backend "$1" --reproducible --no-progress \
     pretrain --data "$work/data/regression_train.ts" --test "$work/data/regression_test.ts" \
