@@ -136,7 +136,8 @@ TEST_CASE(".ts: unequal-length univariate regression", "[data][ts]") {
   CHECK(set.labels.empty());
 }
 
-TEST_CASE(".ts: labels without declared names are sorted; unlabelled files", "[data][ts]") {
+TEST_CASE(".ts: labels without declared names are sorted, and unlabelled files read",
+          "[data][ts]") {
   const SeriesSet labelled =
       parse_ts("@dimension 1\n@classLabel true\n@data\n1,2:b\n3:a\n4:b\n", "x.ts");
   CHECK(labelled.class_names == std::vector<std::string>{"a", "b"});

@@ -93,8 +93,9 @@ TEMPLATE_LIST_TEST_CASE("ValueEncoding of positions is the positional encoding",
         1e-12);
 }
 
-TEMPLATE_LIST_TEST_CASE("ValueEncoding forward adds to the tokens; gradients by finite differences",
-                        "[encoding][value][gradcheck]", backends::EnabledSpaces) {
+TEMPLATE_LIST_TEST_CASE(
+    "ValueEncoding forward adds to the tokens and its gradients match finite differences",
+    "[encoding][value][gradcheck]", backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
   const int batch = 2, seq = 3, dim = 7;
