@@ -392,6 +392,9 @@ class PeakMemory:
 
 
 def git_revision():
+    """The source tree's revision; KFORMER_GIT_REVISION names it away from the tree (bundles)."""
+    if os.environ.get("KFORMER_GIT_REVISION"):
+        return os.environ["KFORMER_GIT_REVISION"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
                              text=True, timeout=10)

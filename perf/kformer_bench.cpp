@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -521,6 +522,14 @@ std::string first_line_of(const std::string& command) {
   return line.empty() ? "unknown" : line;
 }
 
+// The source tree's revision; KFORMER_GIT_REVISION names it where the binary runs away from its
+// source tree (scripts/gpu-bundle's bundles).
+std::string git_revision() {
+  if (const char* given = std::getenv("KFORMER_GIT_REVISION")) return given;
+  return first_line_of("git -C '" + std::string(KFORMER_SOURCE_DIR) +
+                       "' rev-parse --short HEAD 2>/dev/null");
+}
+
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -597,14 +606,12 @@ int main(int argc, char* argv[]) {
     return 2;
   }
   if (!o.json.empty()) {
-    nlohmann::json doc = {
-        {"kokkos", kformer::backends::kokkos_version()},
-        {"compiler", kformer::backends::compiler_description()},
-        {"git_revision", first_line_of("git -C '" + std::string(KFORMER_SOURCE_DIR) +
-                                       "' rev-parse --short HEAD 2>/dev/null")},
-        {"host", host_name()},
-        {"date", utc_now()},
-        {"results", results}};
+    nlohmann::json doc = {{"kokkos", kformer::backends::kokkos_version()},
+                          {"compiler", kformer::backends::compiler_description()},
+                          {"git_revision", git_revision()},
+                          {"host", host_name()},
+                          {"date", utc_now()},
+                          {"results", results}};
     kformer::write_file_atomic(o.json, doc.dump(2));
   }
   return 0;
