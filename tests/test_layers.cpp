@@ -64,7 +64,7 @@ std::vector<std::vector<double>> training_step(NormType norm, bool norm_first, s
 
 }  // namespace
 
-TEST_CASE("Backends agree on a training step within 1e-6, and runs repeat bit for bit",
+TEST_CASE("Backends agree on a training step within 4e-6, and runs repeat bit for bit",
           "[layers][backends][determinism]") {
   for (const NormType norm : {NormType::BatchNorm, NormType::LayerNorm}) {
     for (const bool norm_first : {false, true}) {
@@ -87,7 +87,9 @@ TEST_CASE("Backends agree on a training step within 1e-6, and runs repeat bit fo
         CAPTURE(names[0], names[b]);
         for (std::size_t i = 0; i < per_backend[0].size(); ++i) {
           CAPTURE(i);
-          CHECK(max_rel_diff(per_backend[b][i], per_backend[0][i], 1e-3) <= 1e-6);
+          // 32 float epsilons: GPUs sum in other orders (cuBLAS, tree reductions), and
+          // BatchNorm's backward amplifies the difference; an H200 gave 1.4e-6 against Serial.
+          CHECK(max_rel_diff(per_backend[b][i], per_backend[0][i], 1e-3) <= 4e-6);
         }
       }
     }
@@ -217,7 +219,7 @@ TEMPLATE_LIST_TEST_CASE("Layers reject bad input with both shapes named and chan
 }
 
 TEMPLATE_LIST_TEST_CASE(
-    "A steady-state training step allocates nothing; a larger shape reallocates once",
+    "A steady-state training step allocates nothing, and a larger shape reallocates once",
     "[layers][allocations]", backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;

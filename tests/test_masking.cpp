@@ -198,7 +198,7 @@ TEST_CASE("Bernoulli masks: independent steps masked with probability r", "[mask
   }
 }
 
-TEST_CASE("Excluded features are never masked; padding is kept", "[masking]") {
+TEST_CASE("Excluded features are never masked, and padding is kept", "[masking]") {
   const int batch = 300, seq = 40, features = 5;
   std::vector<int> lengths(batch);
   for (int b = 0; b < batch; ++b)

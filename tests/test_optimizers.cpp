@@ -183,7 +183,7 @@ TEST_CASE("StepDecaySchedule follows TST's --lr_step / --lr_factor", "[optimizer
   CHECK_THROWS_WITH(StepDecaySchedule(-1.0, {}, {}), Catch::Contains("base_lr must be finite"));
 }
 
-TEMPLATE_LIST_TEST_CASE("Optimizer state resumes bit for bit; repeats are bitwise equal",
+TEMPLATE_LIST_TEST_CASE("Optimizer state resumes bit for bit, and repeats are bitwise equal",
                         "[optimizers][determinism]", backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
@@ -271,7 +271,7 @@ TEMPLATE_LIST_TEST_CASE("Bad arguments throw and leave parameters and state unto
                     Catch::Contains("n_params must be at least 0, got -1"));
 }
 
-TEST_CASE("An optimizer step and clipping allocate nothing; host backends agree bit for bit",
+TEST_CASE("An optimizer step and clipping allocate nothing, and host backends agree bit for bit",
           "[optimizers][determinism]") {
   const int n = 50000;
   const auto p0 = random_values(n, 81);

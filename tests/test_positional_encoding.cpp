@@ -197,7 +197,7 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding has the identity as its Jacobian", "
 }
 
 TEMPLATE_LIST_TEST_CASE(
-    "Without the encoding self-similarity is permutation-equivariant; with it, not",
+    "Without the encoding self-similarity is permutation-equivariant, with it not",
     "[encoding][fixed]", backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
@@ -288,8 +288,9 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding allocates nothing in steady state",
   CHECK(counter.allocations() == 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("PositionalEncoding scales its input (TST's sqrt(d_model)) and its gradient",
-                        "[encoding][fixed]", backends::EnabledSpaces) {
+TEMPLATE_LIST_TEST_CASE(
+    "PositionalEncoding scales its input (TST's sqrt(d_model)) and its gradient",
+    "[encoding][fixed]", backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
   const int batch = 2, seq = 9, dim = 6;
@@ -299,9 +300,11 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding scales its input (TST's sqrt(d_model
   layer.forward(Space(), device_from<double, Space>(x_values, batch, seq, dim), y, 8.0);
   const auto pe = ReferenceSinusoid{dim}.matrix(seq);
   std::vector<double> expected(x_values.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = 8.0 * x_values[i] + pe[i % (seq * dim)];
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    expected[i] = 8.0 * x_values[i] + pe[i % (seq * dim)];
   CHECK(max_abs_diff(host_values(y), expected) <= 1e-12);
   layer.backward(Space(), device_from<double, Space>(x_values, batch, seq, dim), dx, 8.0);
   const auto dxh = host_values(dx);
-  for (std::size_t i = 0; i < dxh.size(); ++i) REQUIRE(dxh[i] == 8.0 * x_values[i]);
+  for (std::size_t i = 0; i < dxh.size(); ++i)
+    REQUIRE(dxh[i] == 8.0 * x_values[i]);
 }

@@ -244,7 +244,8 @@ TEST_CASE("A fixed-encoding model checks the file's pos_enc.pe table against its
 }
 
 TEST_CASE(
-    "The finite guard names the first block that produced a NaN; NaN input and weights are refused",
+    "The finite guard names the first block that produced a NaN, and NaN input and weights are "
+    "refused",
     "[training][errors]") {
   const auto train = small_set(8, 7);
   TimeSeriesTransformer<float, Space> model(Space(), small_config(train, TstTask::Imputation));
