@@ -1,5 +1,6 @@
 #include "lorenz96.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -63,9 +64,10 @@ void check(const Lorenz96Options& o, std::int64_t n_series, const char* where) {
          "spread, noise and spin-up >= 0, and ordered forcing ranges");
 }
 
-// Fills series `s` of `set` from a trajectory with forcing F and the given coupling.
-void simulate(SeriesSet& set, std::int64_t s, double forcing, bool mirrored, Draws& draws,
-              const Lorenz96Options& o) {
+// Fills series `s` of `set` from a trajectory with forcing F and the given coupling, played
+// backwards in time when `backward` (the same states in the reverse order).
+void simulate(SeriesSet& set, std::int64_t s, double forcing, bool mirrored, bool backward,
+              Draws& draws, const Lorenz96Options& o) {
   const std::int64_t k = o.n_variables;
   Lorenz96 system(k, forcing, mirrored);
   std::vector<double> x(static_cast<std::size_t>(k));
@@ -79,12 +81,17 @@ void simulate(SeriesSet& set, std::int64_t s, double forcing, bool mirrored, Dra
       std::ceil(o.min_length_fraction * static_cast<double>(o.max_len) - 1e-9));
   const std::int64_t length = draws.integer(min_length, o.max_len);
   const auto substeps = static_cast<std::int64_t>(std::llround(o.sample_interval / o.rk4_step));
+  std::vector<double> states(static_cast<std::size_t>(length * k));
   for (std::int64_t t = 0; t < length; ++t) {
     if (t > 0)
       for (std::int64_t n = 0; n < substeps; ++n)
         system.step(x, o.rk4_step);
+    std::copy(x.begin(), x.end(), states.begin() + t * k);
+  }
+  for (std::int64_t t = 0; t < length; ++t) {
+    const double* state = states.data() + (backward ? length - 1 - t : t) * k;
     for (std::int64_t f = 0; f < k; ++f) {
-      const double observed = x[static_cast<std::size_t>(f)] + o.noise * draws.normal();
+      const double observed = state[f] + o.noise * draws.normal();
       const bool missing = draws.uniform() < o.missing_fraction;
       set.value(s, t, f) =
           missing ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(observed);
@@ -100,17 +107,17 @@ SeriesSet lorenz96_classification(std::int64_t n_series, std::uint64_t seed,
   check(options, n_series, "kformer::data::lorenz96_classification");
   SeriesSet set;
   set.reset(n_series, options.max_len, options.n_variables);
-  set.class_names = {"periodic_forward", "periodic_mirrored", "chaotic_forward",
-                     "chaotic_mirrored"};
+  set.class_names = {"periodic_forward_in_time", "periodic_backward_in_time",
+                     "chaotic_forward_in_time", "chaotic_backward_in_time"};
   set.labels.resize(static_cast<std::size_t>(n_series));
   for (std::int64_t s = 0; s < n_series; ++s) {
     const auto label = static_cast<std::int32_t>(s % 4);
-    const bool chaotic = label >= 2, mirrored = label % 2 == 1;
+    const bool chaotic = label >= 2, backward = label % 2 == 1;
     Draws draws(derive(seed, static_cast<std::uint64_t>(s)));
     const double forcing =
         chaotic ? draws.uniform(options.chaotic_forcing_min, options.chaotic_forcing_max)
                 : draws.uniform(options.periodic_forcing_min, options.periodic_forcing_max);
-    simulate(set, s, forcing, mirrored, draws, options);
+    simulate(set, s, forcing, /*mirrored=*/false, backward, draws, options);
     set.labels[static_cast<std::size_t>(s)] = label;
   }
   return set;
@@ -127,7 +134,7 @@ SeriesSet lorenz96_regression(std::int64_t n_series, std::uint64_t seed,
     Draws draws(derive(seed, static_cast<std::uint64_t>(s)));
     const double forcing = draws.uniform(options.periodic_forcing_min, options.chaotic_forcing_max);
     const bool mirrored = draws.uniform() < 0.5;
-    simulate(set, s, forcing, mirrored, draws, options);
+    simulate(set, s, forcing, mirrored, /*backward=*/false, draws, options);
     set.targets[static_cast<std::size_t>(s)] = static_cast<float>(forcing);
   }
   return set;

@@ -10,12 +10,16 @@
 // same distribution in both: the coupling shows only in how the variables move together (the
 // waves run the other way round the ring), not in any per-feature mean or variance.
 //
-// Classification: four classes, regime x coupling, in this order: periodic_forward,
-// periodic_mirrored, chaotic_forward, chaotic_mirrored; F uniform in the regime's range. Per-
-// feature means tell the regime (they grow with F) but nothing about the coupling, so a
-// nearest-centroid classifier on them stays near 50 %, while the dynamics separate all four.
-// Regression: F uniform over both ranges and the gap between them, either coupling; the target
-// is F.
+// Classification: four classes, regime x direction of time, in this order:
+// periodic_forward_in_time, periodic_backward_in_time, chaotic_forward_in_time,
+// chaotic_backward_in_time (forward coupling; F uniform in the regime's range). A series played
+// backwards visits the same states as one played forwards, so each step, and the set of steps,
+// has the same distribution in both directions: only the order of the steps tells them apart,
+// which is what the positional encoding gives a transformer. Per-feature means tell the regime
+// (they grow with F), so a nearest-centroid classifier on them stays near 50 %; the waves'
+// direction round the ring (from consecutive steps) tells the direction of time.
+// Regression: F uniform over both ranges and the gap between them, either coupling, played
+// forwards; the target is F.
 //
 // Each series: x_k(0) = F + initial_spread * N(0, 1); spin_up time units integrated and dropped
 // (the series starts on the attractor at a random phase); then one observation every
