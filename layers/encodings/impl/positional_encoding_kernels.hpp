@@ -2,21 +2,21 @@
 //
 // y[b, p, :] = (s x[b, p, :] or 0) + PE[p, :], without materialising PE.
 //
-// Evaluating sin/cos for every (position, frequency) costs far more than streaming the tensor
-// once, so each frequency is evaluated exactly (in double) only at anchor positions and carried to
-// the following positions by the rotation
+// CPUs: evaluating sin/cos for every (position, frequency) costs far more than streaming the
+// tensor once, so each frequency is evaluated exactly (in double) only at anchor positions, every
+// 1024 steps, and carried to the following positions by the rotation
 //     sin((p+1) w) = sin(p w) cos(w) + cos(p w) sin(w)
 //     cos((p+1) w) = cos(p w) cos(w) - sin(p w) sin(w),
-// also in double. The rotation's error grows by at most ~2e-16 per step, so after the host's 1024
-// steps between anchors it is below 3e-13: far below float precision and the 1e-12 double
-// tolerance. GPUs anchor every 32 steps, which gives them more independent teams.
+// also in double. The rotation's error grows by at most ~2e-16 per step, so after 1024 steps it
+// is below 3e-13: far below float precision and the 1e-12 double tolerance. A team owns one
+// anchor block of positions (and a group of batch elements). It builds ~256 KiB of rows of PE at
+// a time in scratch and adds them to every batch element of its group, for which they are one
+// contiguous run of memory (long streams, measured best on 2 threads). The bits do not depend on
+// the chunk size or the thread count.
 //
-// A team owns one anchor block of positions (and a group of batch elements). It builds a chunk of
-// rows of PE at a time in scratch and adds it to every batch element of its group, for which the
-// chunk is one contiguous run of memory (streams on CPUs, coalesces on GPUs). Chunks are large on
-// CPUs (~256 KiB: long streams, measured best on 2 threads) and small on GPUs (fit in shared
-// memory). Only the anchor spacing affects the values, and it is fixed per kind of space: the bits
-// do not depend on the chunk size, the team size or the thread count.
+// GPUs: double-precision sin and cos for every (position, frequency) pair are cheap there (a few
+// microseconds of an H200 for a 4096 x 512 table), and what matters is many independent threads
+// with loads in flight: a thread per pair, applied to every batch element.
 #pragma once
 
 #include <algorithm>
@@ -30,9 +30,49 @@
 
 namespace kformer::impl {
 
-// Positions per exact sin/cos evaluation.
+// Positions per exact sin/cos evaluation (CPUs).
 inline constexpr int kHostAnchorSpacing = 1024;
-inline constexpr int kDeviceAnchorSpacing = 32;
+
+// GPUs: a thread per (position, frequency) pair evaluates sin and cos exactly, in double, and
+// applies them to every batch element, reading kGroup elements' inputs before it writes any, so
+// that their loads are in flight together (x may be y itself: it cannot hoist them otherwise).
+template <class T, class ExecutionSpace, bool kAddInput>
+struct DirectPositionalEncodingFunctor {
+  using memory_space = typename ExecutionSpace::memory_space;
+  static constexpr int kGroup = 4;
+
+  Kokkos::View<const T***, Kokkos::LayoutRight, memory_space> x;  // read only when kAddInput
+  Kokkos::View<T***, Kokkos::LayoutRight, memory_space> y;
+  Sinusoid sinusoid;
+  double first_position;
+  T input_scale;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t pair) const {
+    const Sinusoid& sn = sinusoid;
+    const int p = static_cast<int>(pair / sn.n_freq), i = static_cast<int>(pair % sn.n_freq);
+    const double angle = (first_position + p) * sn.frequency(i);
+    const T pe_sin = static_cast<T>(compat::math::sin(angle));
+    const T pe_cos = static_cast<T>(compat::math::cos(angle));
+    const bool has_cos = i < sn.n_cos;
+    const int sc = sn.sin_column(i), cc = has_cos ? sn.cos_column(i) : sc;
+    const int batch = static_cast<int>(y.extent(0));
+    for (int b0 = 0; b0 < batch; b0 += kGroup) {
+      const int n = batch - b0 < kGroup ? batch - b0 : kGroup;
+      T in_sin[kGroup] = {}, in_cos[kGroup] = {};
+      if constexpr (kAddInput)
+        for (int g = 0; g < kGroup; ++g)
+          if (g < n) {
+            in_sin[g] = x(b0 + g, p, sc) * input_scale;
+            in_cos[g] = x(b0 + g, p, cc) * input_scale;
+          }
+      for (int g = 0; g < kGroup; ++g)
+        if (g < n) {
+          y(b0 + g, p, sc) = in_sin[g] + pe_sin;
+          if (has_cos) y(b0 + g, p, cc) = in_cos[g] + pe_cos;
+        }
+    }
+  }
+};
 
 template <class T, class ExecutionSpace, bool kAddInput>
 struct PositionalEncodingFunctor {
@@ -145,23 +185,30 @@ struct PositionalEncodingFunctor {
     const int batch = static_cast<int>(y.extent(0));
     const int seq = static_cast<int>(y.extent(1));
     if (batch == 0 || seq == 0) return;
+    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, memory_space>::accessible;
+    if constexpr (!host) {
+      Kokkos::parallel_for(label,
+                           Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+                               exec, 0, std::int64_t(seq) * sinusoid.n_freq),
+                           DirectPositionalEncodingFunctor<T, ExecutionSpace, kAddInput>{
+                               x, y, sinusoid, first_position, input_scale});
+      return;
+    }
     PositionalEncodingFunctor f;
     f.x = x;
     f.y = y;
     f.sinusoid = sinusoid;
     f.first_position = first_position;
     f.input_scale = input_scale;
-    const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, memory_space>::accessible;
-    f.anchor_spacing = host ? kHostAnchorSpacing : kDeviceAnchorSpacing;
+    f.anchor_spacing = kHostAnchorSpacing;
     f.n_blocks = (seq + f.anchor_spacing - 1) / f.anchor_spacing;
-    // Enough teams to fill the space: one per host thread, or one per ~64 device threads.
-    const int concurrency = compat::concurrency(exec);
-    const int wanted_teams = host ? concurrency : std::max(1, concurrency / 64);
+    // Enough teams to fill the space: one per thread.
+    const int wanted_teams = compat::concurrency(exec);
     const int groups = std::clamp((wanted_teams + f.n_blocks - 1) / f.n_blocks, 1, batch);
     f.batch_per_group = (batch + groups - 1) / groups;
     const int league = f.n_blocks * ((batch + f.batch_per_group - 1) / f.batch_per_group);
 
-    const std::size_t chunk_bytes = host ? 256 * 1024 : 16 * 1024;
+    const std::size_t chunk_bytes = 256 * 1024;
     f.chunk_rows = static_cast<int>(
         std::clamp<std::size_t>(chunk_bytes / (sizeof(T) * sinusoid.dim), 1, f.anchor_spacing));
     const std::size_t bytes = scratch_bytes(sinusoid.dim, f.chunk_rows);
