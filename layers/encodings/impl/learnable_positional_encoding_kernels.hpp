@@ -7,6 +7,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../../../backends/for_each.hpp"
 #include "../../../core/compat.hpp"
 #include "../../../core/tensor.hpp"
 
@@ -29,17 +30,11 @@ struct InterpolationStencil {
   }
 };
 
-// Elements of the table handled by one team: one contiguous run per batch element, long enough
-// to stream well on CPUs; GPUs take many short runs instead.
-template <class ExecutionSpace>
-std::int64_t table_chunk(const ExecutionSpace&) {
-  constexpr bool host =
-      Kokkos::SpaceAccessibility<Kokkos::HostSpace,
-                                 typename ExecutionSpace::memory_space>::accessible;
-  return host ? 64 * 1024 : 4 * 1024;
-}
-
 // y[b, p, j] = s x[b, p, j] + pe[p, j] for p < y.extent(1).
+//
+// CPUs: a team per chunk of the table, streaming it into every batch element. GPUs: a thread per
+// table entry, which reads kGroup batch elements before it writes them, so that their loads are in
+// flight together.
 template <class ExecutionSpace, class T, class M>
 void learnable_pe_forward(const ExecutionSpace& exec, const Tensor3<const T, M>& x,
                           const Tensor3<T, M>& y, const Tensor2<const T, M>& pe, T s) {
@@ -47,24 +42,41 @@ void learnable_pe_forward(const ExecutionSpace& exec, const Tensor3<const T, M>&
   const int batch = y.extent(0);
   const std::int64_t n = std::int64_t(y.extent(1)) * y.extent(2);
   const std::int64_t x_stride = std::int64_t(x.extent(1)) * x.extent(2);
-  const std::int64_t chunk = table_chunk(exec);
   const T* const xp = x.data();
   T* const yp = y.data();
   const T* const table = pe.data();
-  Kokkos::parallel_for(
-      "kformer::learnable_pe::forward",
-      Kokkos::TeamPolicy<ExecutionSpace>(exec, (n + chunk - 1) / chunk, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const member_type& team) {
-        const std::int64_t begin = team.league_rank() * chunk;
-        const int len = static_cast<int>(begin + chunk < n ? chunk : n - begin);
-        const T* const t = table + begin;
-        for (int b = 0; b < batch; ++b) {
-          const T* const in = xp + b * x_stride + begin;
-          T* const out = yp + b * n + begin;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                               [=](const int k) { out[k] = in[k] * s + t[k]; });
-        }
-      });
+  if constexpr (!backends::runs_on_host<ExecutionSpace>) {
+    constexpr int kGroup = 4;
+    Kokkos::parallel_for(
+        "kformer::learnable_pe::forward", FlatPolicy<ExecutionSpace>(exec, 0, n),
+        KOKKOS_LAMBDA(const std::int64_t k) {
+          const T t = table[k];
+          for (int b0 = 0; b0 < batch; b0 += kGroup) {
+            const int count = batch - b0 < kGroup ? batch - b0 : kGroup;
+            T in[kGroup] = {};
+            for (int g = 0; g < kGroup; ++g)
+              if (g < count) in[g] = xp[(b0 + g) * x_stride + k];
+            for (int g = 0; g < kGroup; ++g)
+              if (g < count) yp[(b0 + g) * n + k] = in[g] * s + t;
+          }
+        });
+  } else {
+    const std::int64_t chunk = 64 * 1024;
+    Kokkos::parallel_for(
+        "kformer::learnable_pe::forward",
+        Kokkos::TeamPolicy<ExecutionSpace>(exec, (n + chunk - 1) / chunk, Kokkos::AUTO),
+        KOKKOS_LAMBDA(const member_type& team) {
+          const std::int64_t begin = team.league_rank() * chunk;
+          const int len = static_cast<int>(begin + chunk < n ? chunk : n - begin);
+          const T* const t = table + begin;
+          for (int b = 0; b < batch; ++b) {
+            const T* const in = xp + b * x_stride + begin;
+            T* const out = yp + b * n + begin;
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
+                                 [=](const int k) { out[k] = in[k] * s + t[k]; });
+          }
+        });
+  }
 }
 
 // y[b, p, j] = s x[b, p, j] + (1 - t) pe[r0, j] + t pe[r1, j]   (InterpolationStencil of p).
@@ -80,11 +92,16 @@ void learnable_pe_forward_interpolated(const ExecutionSpace& exec, const Tensor3
         const int p = static_cast<int>(i / dim), j = static_cast<int>(i % dim);
         const InterpolationStencil st(p, seq, max_len);
         const T v = static_cast<T>((1.0 - st.t) * pe(st.r0, j) + st.t * pe(st.r1, j));
-        for (int b = 0; b < batch; ++b) y(b, p, j) = x(b, p, j) * s + v;
+        for (int b = 0; b < batch; ++b)
+          y(b, p, j) = x(b, p, j) * s + v;
       });
 }
 
 // grad[p, j] += sum_b dy[b, p, j] for p < dy.extent(1), summed over b in order (deterministic).
+//
+// CPUs: a team per chunk of the table sums the batch's runs into scratch, streaming each. GPUs: a
+// thread per table entry, with the batch's loads issued in groups of kGroup; the sum is in the
+// same order, so both give the same bits.
 template <class ExecutionSpace, class T, class M>
 void learnable_pe_backward_table(const ExecutionSpace& exec, const Tensor3<const T, M>& dy,
                                  const Tensor2<T, M>& grad) {
@@ -94,29 +111,48 @@ void learnable_pe_backward_table(const ExecutionSpace& exec, const Tensor3<const
       Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   const int batch = dy.extent(0);
   const std::int64_t n = std::int64_t(dy.extent(1)) * dy.extent(2);
-  const std::int64_t chunk = table_chunk(exec) / (sizeof(T) / sizeof(float));
   const T* const dyp = dy.data();
   T* const g = grad.data();
-  const std::size_t bytes = Scratch::shmem_size(chunk);
-  const int level = bytes <= std::size_t(policy_type::scratch_size_max(0)) ? 0 : 1;
-  Kokkos::parallel_for(
-      "kformer::learnable_pe::backward_table",
-      policy_type(exec, (n + chunk - 1) / chunk, Kokkos::AUTO)
-          .set_scratch_size(level, Kokkos::PerTeam(bytes)),
-      KOKKOS_LAMBDA(const member_type& team) {
-        const std::int64_t begin = team.league_rank() * chunk;
-        const int len = static_cast<int>(begin + chunk < n ? chunk : n - begin);
-        T* const sum = Scratch(team.team_scratch(level), chunk).data();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len), [=](const int k) { sum[k] = 0; });
-        for (int b = 0; b < batch; ++b) {
-          const T* const d = dyp + b * n + begin;
+  if constexpr (!backends::runs_on_host<ExecutionSpace>) {
+    constexpr int kGroup = 4;
+    Kokkos::parallel_for(
+        "kformer::learnable_pe::backward_table", FlatPolicy<ExecutionSpace>(exec, 0, n),
+        KOKKOS_LAMBDA(const std::int64_t k) {
+          T sum = 0;
+          for (int b0 = 0; b0 < batch; b0 += kGroup) {
+            const int count = batch - b0 < kGroup ? batch - b0 : kGroup;
+            T d[kGroup] = {};
+            for (int i = 0; i < kGroup; ++i)
+              if (i < count) d[i] = dyp[(b0 + i) * n + k];
+            for (int i = 0; i < kGroup; ++i)
+              if (i < count) sum += d[i];
+          }
+          g[k] += sum;
+        });
+  } else {
+    const std::int64_t chunk = 64 * 1024 / (sizeof(T) / sizeof(float));
+    const std::size_t bytes = Scratch::shmem_size(chunk);
+    const int level = bytes <= std::size_t(policy_type::scratch_size_max(0)) ? 0 : 1;
+    Kokkos::parallel_for(
+        "kformer::learnable_pe::backward_table",
+        policy_type(exec, (n + chunk - 1) / chunk, Kokkos::AUTO)
+            .set_scratch_size(level, Kokkos::PerTeam(bytes)),
+        KOKKOS_LAMBDA(const member_type& team) {
+          const std::int64_t begin = team.league_rank() * chunk;
+          const int len = static_cast<int>(begin + chunk < n ? chunk : n - begin);
+          T* const sum = Scratch(team.team_scratch(level), chunk).data();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                               [=](const int k) { sum[k] += d[k]; });
-        }
-        T* const out = g + begin;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                             [=](const int k) { out[k] += sum[k]; });
-      });
+                               [=](const int k) { sum[k] = 0; });
+          for (int b = 0; b < batch; ++b) {
+            const T* const d = dyp + b * n + begin;
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
+                                 [=](const int k) { sum[k] += d[k]; });
+          }
+          T* const out = g + begin;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
+                               [=](const int k) { out[k] += sum[k]; });
+        });
+  }
 }
 
 // grad[r, j] += sum_b sum_p weight(p, r) dy[b, p, j], gathering over the positions whose stencil
