@@ -190,18 +190,35 @@ void learnable_pe_backward_interpolated(const ExecutionSpace& exec, const Tensor
 }
 
 // dx[b, p, :] = s dy[b, p, :] for p < dy.extent(1), 0 beyond (the truncated steps).
+//
+// GPUs: a thread per element, so that a warp's accesses are consecutive (a Rank-3 MDRangePolicy
+// iterates its first index fastest on CUDA: 0.36 ms for an (8, 4096, 512) float on an H200,
+// 0.14x of a copy). CPUs keep the MDRange loop.
 template <class ExecutionSpace, class T, class M>
 void learnable_pe_backward_input(const ExecutionSpace& exec, const Tensor3<const T, M>& dy,
                                  const Tensor3<T, M>& dx, T s) {
   if (dx.data() == dy.data() && dx.extent(1) == dy.extent(1) && s == T(1)) return;
   const int out = dy.extent(1);
-  Kokkos::parallel_for(
-      "kformer::learnable_pe::backward_input",
-      Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(
-          exec, {0, 0, 0}, {long(dx.extent(0)), long(dx.extent(1)), long(dx.extent(2))}),
-      KOKKOS_LAMBDA(const long b, const long p, const long j) {
-        dx(b, p, j) = p < out ? s * dy(b, p, j) : T(0);
-      });
+  if constexpr (!backends::runs_on_host<ExecutionSpace>) {
+    const std::int64_t seq = dx.extent(1), dim = dx.extent(2);
+    T* const dxp = dx.data();
+    Kokkos::parallel_for(
+        "kformer::learnable_pe::backward_input",
+        FlatPolicy<ExecutionSpace>(exec, 0, std::int64_t(dx.extent(0)) * seq * dim),
+        KOKKOS_LAMBDA(const std::int64_t i) {
+          const std::int64_t row = i / dim, b = row / seq;
+          const int p = static_cast<int>(row % seq), j = static_cast<int>(i % dim);
+          dxp[i] = p < out ? s * dy(b, p, j) : T(0);
+        });
+  } else {
+    Kokkos::parallel_for(
+        "kformer::learnable_pe::backward_input",
+        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(
+            exec, {0, 0, 0}, {long(dx.extent(0)), long(dx.extent(1)), long(dx.extent(2))}),
+        KOKKOS_LAMBDA(const long b, const long p, const long j) {
+          dx(b, p, j) = p < out ? s * dy(b, p, j) : T(0);
+        });
+  }
 }
 
 }  // namespace kformer::impl
