@@ -17,7 +17,8 @@ report.md has
     without limits (PyTorch's) borrows them from a kformer-bench document of the same "host"
     (openmp or threads for "pytorch", cuda or hip for "pytorch-cuda"), which the table says.
     Targets: 0.9 of the limit for memory-bound cases, 0.6 for GEMM-bound ones;
-  - the speed-up of each kformer backend over each PyTorch backend for the cases both ran
+  - the speed-up of each kformer backend over each PyTorch backend on the same kind of device
+    (CPU backends against "pytorch", CUDA and HIP against "pytorch-cuda") for the cases both ran
     (matched by name): PyTorch median time / kformer median time, > 1 when kformer is faster,
     and its geometric mean;
   - when scaling.seq.<S>.* (or scaling.batch.<B>.*) cases are present, the exponent p of
@@ -45,6 +46,8 @@ CHARTS = ("throughput.png", "limits.png", "speedup.png", "scaling.png")
 BACKEND_ORDER = ["serial", "openmp", "threads", "cuda", "hip", "pytorch", "pytorch-cuda"]
 # Where a document without limits borrows them (same host only).
 BORROW = {"pytorch": ["openmp", "threads"], "pytorch-cuda": ["cuda", "hip"]}
+# The kformer backends each PyTorch backend is compared with: the same kind of device.
+SAME_DEVICE = {"pytorch": ["serial", "openmp", "threads"], "pytorch-cuda": ["cuda", "hip"]}
 SCALING = re.compile(r"^scaling\.(seq|batch)\.(\d+)\.(.+)$")
 
 
@@ -164,7 +167,7 @@ class Report:
             if is_pytorch(k):
                 continue
             for p in self.backends:
-                if not is_pytorch(p):
+                if not is_pytorch(p) or k not in SAME_DEVICE.get(p, [k]):
                     continue
                 common = [c for c in self.by_backend[k] if c in self.by_backend[p]]
                 rows = [(c, self.by_backend[k][c], self.by_backend[p][c],
