@@ -31,7 +31,9 @@ KOKKOS_INLINE_FUNCTION float exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(k) + 127) << 23;
+  // Shifted as unsigned: a NaN x gives a meaningless k (the result is NaN through p anyway), and
+  // shifting a negative int is undefined behaviour (UBSan found it).
+  const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(k) + 127) << 23;
   float scale;
   memcpy(&scale, &bits, sizeof(scale));  // unqualified: HIP's device memcpy is not std::memcpy
   return p * scale;
