@@ -231,12 +231,6 @@ class MultiHeadAttention {
     const std::int64_t row = batch * seq * d_ * std::int64_t(sizeof(T));
     return {square * (training && dropout_ > 0.0 ? 2 : 1), 4 * row};
   }
-  // The backward's own: d_probs, d_context and d_qkv.
-  Bytes backward_bytes(std::int64_t batch, std::int64_t seq) const {
-    const std::int64_t square = batch * heads_ * seq * seq * std::int64_t(sizeof(T));
-    const std::int64_t row = batch * seq * d_ * std::int64_t(sizeof(T));
-    return {square, 4 * row};
-  }
 
   // Refuses a (batch, seq) whose buffers would not fit in the memory space, before allocating
   // any: with the square of seq in them they can need terabytes, which would otherwise end in an
@@ -245,7 +239,9 @@ class MultiHeadAttention {
                     bool training) const {
     Bytes need = forward_bytes(batch, seq, training);
     if (training) {
-      const Bytes backward = backward_bytes(batch, seq);
+      // The backward's own buffers (d_probs, d_context, d_qkv) have the shapes of the eval
+      // forward's (probs, context, qkv).
+      const Bytes backward = forward_bytes(batch, seq, false);
       need.squares += backward.squares;
       need.rows += backward.rows;
     }

@@ -601,21 +601,13 @@ int main(int argc, char* argv[]) {
   else
     kformer::backends::MemoryTracker::install();
   nlohmann::json results = nlohmann::json::array();
-  const auto enabled = kformer::backends::enabled_space_names();
-  if (!o.backend.empty() && std::find(enabled.begin(), enabled.end(), o.backend) == enabled.end()) {
-    std::string names;
-    for (const auto& name : enabled)
-      names += (names.empty() ? "" : ", ") + name;
-    std::fprintf(stderr, "kformer-bench: backend '%s' is not enabled (enabled: %s)\n",
-                 o.backend.c_str(), names.c_str());
-    return 2;
-  }
   try {
     kformer::backends::print_backends(std::cout);
-    kformer::backends::for_each_space([&](auto space) {
-      if (o.backend.empty() || o.backend == kformer::backends::space_name<decltype(space)>())
-        run_backend(space, o, results);
-    });
+    const auto run = [&](auto space) { run_backend(space, o, results); };
+    if (o.backend.empty())
+      kformer::backends::for_each_space(run);
+    else
+      kformer::backends::dispatch(o.backend, run);  // refuses a backend that is not compiled in
   } catch (const kformer::Error& e) {
     std::fprintf(stderr, "kformer-bench: error: %s\n", e.what());
     return 2;
