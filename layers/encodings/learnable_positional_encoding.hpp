@@ -19,6 +19,7 @@
 #include "../../core/param.hpp"
 #include "../../core/random.hpp"
 #include "../../core/tensor.hpp"
+#include "../elementwise.hpp"
 #include "impl/learnable_positional_encoding_kernels.hpp"
 
 namespace kformer {
@@ -97,11 +98,12 @@ class LearnablePositionalEncoding {
     check_shape(where, "dy", dy, {std::int64_t(dx.extent(0)), output_length(seq), dim_});
     if (dy.extent(1) != dx.extent(1)) check_distinct(where, "dy", dy, "dx", dx);
     const auto grad = matrix_of(pe_.grad, max_len_, dim_);
-    if (interpolating(seq))
+    if (interpolating(seq)) {
       impl::learnable_pe_backward_interpolated(exec, dy, grad, seq);
-    else
-      impl::learnable_pe_backward_table(exec, dy, grad);
-    impl::learnable_pe_backward_input(exec, dy, dx, input_scale);
+      scale_copy(exec, input_scale, dy, dx);
+    } else {
+      impl::learnable_pe_backward(exec, dy, dx, grad, input_scale);
+    }
   }
 
  private:

@@ -8,10 +8,16 @@
 #include <Kokkos_Core.hpp>
 
 #include "../../../backends/for_each.hpp"
+#include "../../../backends/streaming_store.hpp"
 #include "../../../core/compat.hpp"
 #include "../../../core/tensor.hpp"
 
 namespace kformer::impl {
+
+// CPUs: table entries per team, 64 KiB: small enough to stay in the caches while the batch's
+// runs stream past.
+template <class T>
+inline constexpr std::int64_t kHostTableChunk = 64 * 1024 / sizeof(T);
 
 template <class ExecutionSpace>
 using FlatPolicy = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>;
@@ -61,20 +67,21 @@ void learnable_pe_forward(const ExecutionSpace& exec, const Tensor3<const T, M>&
           }
         });
   } else {
-    const std::int64_t chunk = 64 * 1024;
+    const std::int64_t chunk = kHostTableChunk<T>;
+    const bool streaming = backends::use_streaming_stores(yp, xp, y.span() * sizeof(T));
     Kokkos::parallel_for(
         "kformer::learnable_pe::forward",
-        Kokkos::TeamPolicy<ExecutionSpace>(exec, (n + chunk - 1) / chunk, Kokkos::AUTO),
+        Kokkos::TeamPolicy<ExecutionSpace>(exec, (n + chunk - 1) / chunk, 1),
         KOKKOS_LAMBDA(const member_type& team) {
           const std::int64_t begin = team.league_rank() * chunk;
-          const int len = static_cast<int>(begin + chunk < n ? chunk : n - begin);
+          const std::int64_t len = begin + chunk < n ? chunk : n - begin;
           const T* const t = table + begin;
           for (int b = 0; b < batch; ++b) {
             const T* const in = xp + b * x_stride + begin;
-            T* const out = yp + b * n + begin;
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                                 [=](const int k) { out[k] = in[k] * s + t[k]; });
+            backends::store_run(yp + b * n + begin, len, streaming,
+                                [=](const std::int64_t k) { return in[k] * s + t[k]; });
           }
+          if (streaming) backends::streaming_fence();
         });
   }
 }
@@ -97,26 +104,31 @@ void learnable_pe_forward_interpolated(const ExecutionSpace& exec, const Tensor3
       });
 }
 
-// grad[p, j] += sum_b dy[b, p, j] for p < dy.extent(1), summed over b in order (deterministic).
+// dx[b, p, :] = s dy[b, p, :] and grad[p, :] += sum_b dy[b, p, :] for p < dy.extent(1), in one
+// pass over dy; dx[b, p, :] = 0 beyond (the truncated steps). The batch is summed in order, so
+// every backend gives the same bits. dx may be dy itself (then nothing is written for s = 1).
 //
-// CPUs: a team per chunk of the table sums the batch's runs into scratch, streaming each. GPUs: a
-// thread per table entry, with the batch's loads issued in groups of kGroup; the sum is in the
-// same order, so both give the same bits.
+// CPUs: a team (one thread) per chunk of the table sums the batch's runs into scratch, writing
+// each run's dx as it reads it. GPUs: a thread per table entry, loading kGroup batch elements at
+// a time so that their loads are in flight together.
 template <class ExecutionSpace, class T, class M>
-void learnable_pe_backward_table(const ExecutionSpace& exec, const Tensor3<const T, M>& dy,
-                                 const Tensor2<T, M>& grad) {
+void learnable_pe_backward(const ExecutionSpace& exec, const Tensor3<const T, M>& dy,
+                           const Tensor3<T, M>& dx, const Tensor2<T, M>& grad, T s) {
   using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
   using member_type = typename policy_type::member_type;
   using Scratch =
       Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   const int batch = dy.extent(0);
   const std::int64_t n = std::int64_t(dy.extent(1)) * dy.extent(2);
+  const std::int64_t dx_stride = std::int64_t(dx.extent(1)) * dx.extent(2);
   const T* const dyp = dy.data();
+  T* const dxp = dx.data();
   T* const g = grad.data();
+  const bool in_place = dxp == dyp, write_dx = !in_place || s != T(1);
   if constexpr (!backends::runs_on_host<ExecutionSpace>) {
     constexpr int kGroup = 4;
     Kokkos::parallel_for(
-        "kformer::learnable_pe::backward_table", FlatPolicy<ExecutionSpace>(exec, 0, n),
+        "kformer::learnable_pe::backward", FlatPolicy<ExecutionSpace>(exec, 0, n),
         KOKKOS_LAMBDA(const std::int64_t k) {
           T sum = 0;
           for (int b0 = 0; b0 < batch; b0 += kGroup) {
@@ -125,34 +137,55 @@ void learnable_pe_backward_table(const ExecutionSpace& exec, const Tensor3<const
             for (int i = 0; i < kGroup; ++i)
               if (i < count) d[i] = dyp[(b0 + i) * n + k];
             for (int i = 0; i < kGroup; ++i)
-              if (i < count) sum += d[i];
+              if (i < count) {
+                sum += d[i];
+                if (write_dx) dxp[(b0 + i) * dx_stride + k] = s * d[i];
+              }
           }
           g[k] += sum;
         });
   } else {
-    const std::int64_t chunk = 64 * 1024 / (sizeof(T) / sizeof(float));
+    const std::int64_t chunk = kHostTableChunk<T>;
+    const bool streaming = backends::use_streaming_stores(dxp, dyp, dx.span() * sizeof(T));
     const std::size_t bytes = Scratch::shmem_size(chunk);
     const int level = bytes <= std::size_t(policy_type::scratch_size_max(0)) ? 0 : 1;
     Kokkos::parallel_for(
-        "kformer::learnable_pe::backward_table",
-        policy_type(exec, (n + chunk - 1) / chunk, Kokkos::AUTO)
+        "kformer::learnable_pe::backward",
+        policy_type(exec, (n + chunk - 1) / chunk, 1)
             .set_scratch_size(level, Kokkos::PerTeam(bytes)),
         KOKKOS_LAMBDA(const member_type& team) {
           const std::int64_t begin = team.league_rank() * chunk;
-          const int len = static_cast<int>(begin + chunk < n ? chunk : n - begin);
+          const std::int64_t len = begin + chunk < n ? chunk : n - begin;
           T* const sum = Scratch(team.team_scratch(level), chunk).data();
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                               [=](const int k) { sum[k] = 0; });
+          for (std::int64_t k = 0; k < len; ++k)
+            sum[k] = 0;
           for (int b = 0; b < batch; ++b) {
             const T* const d = dyp + b * n + begin;
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                                 [=](const int k) { sum[k] += d[k]; });
+            // Separate loops over the run, the later ones reading it from cache: one loop doing
+            // both would not vectorise, sum and d being possibly the same memory to the
+            // compiler. dx first (measured faster, 0.72x of a copy against 0.54-0.61x the other
+            // way round), except in place, where the sum must read dy before it is scaled.
+            T* const out = dxp + b * dx_stride + begin;
+            if (write_dx && !in_place)
+              backends::store_run(out, len, streaming,
+                                  [=](const std::int64_t k) { return s * d[k]; });
+            for (std::int64_t k = 0; k < len; ++k)
+              sum[k] += d[k];
+            if (write_dx && in_place)
+              for (std::int64_t k = 0; k < len; ++k)
+                out[k] = s * d[k];
           }
           T* const out = g + begin;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                               [=](const int k) { out[k] += sum[k]; });
+          for (std::int64_t k = 0; k < len; ++k)
+            out[k] += sum[k];
+          if (streaming) backends::streaming_fence();
         });
   }
+  const std::int64_t tail = dx_stride - n;  // per batch element, after its first n entries
+  if (tail > 0)
+    backends::for_each_index(
+        exec, "kformer::learnable_pe::backward_truncated", batch * tail,
+        KOKKOS_LAMBDA(const std::int64_t i) { dxp[i / tail * dx_stride + n + i % tail] = T(0); });
 }
 
 // grad[r, j] += sum_b sum_p weight(p, r) dy[b, p, j], gathering over the positions whose stencil
@@ -187,46 +220,6 @@ void learnable_pe_backward_interpolated(const ExecutionSpace& exec, const Tensor
         }
         grad(r, j) += static_cast<T>(sum);
       });
-}
-
-// dx[b, p, :] = s dy[b, p, :] for p < dy.extent(1), 0 beyond (the truncated steps).
-//
-// GPUs: a thread per element, so that a warp's accesses are consecutive (a Rank-3 MDRangePolicy
-// iterates its first index fastest on CUDA: 0.36 ms for an (8, 4096, 512) float on an H200,
-// 0.14x of a copy; with 64-bit index arithmetic per element, 0.20 ms). CPUs keep the MDRange
-// loop.
-template <class ExecutionSpace, class T, class M>
-void learnable_pe_backward_input(const ExecutionSpace& exec, const Tensor3<const T, M>& dy,
-                                 const Tensor3<T, M>& dx, T s) {
-  if (dx.data() == dy.data() && dx.extent(1) == dy.extent(1) && s == T(1)) return;
-  const int out = dy.extent(1);
-  if constexpr (!backends::runs_on_host<ExecutionSpace>) {
-    const int seq = dx.extent(1), dim = dx.extent(2);
-    const std::int64_t n = std::int64_t(dx.extent(0)) * seq * dim;
-    T* const dxp = dx.data();
-    const T* const dyp = dy.data();
-    if (out == seq) {  // the same layout: no index arithmetic (64-bit division is slow on GPUs)
-      Kokkos::parallel_for(
-          "kformer::learnable_pe::backward_input", FlatPolicy<ExecutionSpace>(exec, 0, n),
-          KOKKOS_LAMBDA(const std::int64_t i) { dxp[i] = s * dyp[i]; });
-      return;
-    }
-    Kokkos::parallel_for(
-        "kformer::learnable_pe::backward_input", FlatPolicy<ExecutionSpace>(exec, 0, n),
-        KOKKOS_LAMBDA(const std::int64_t i) {
-          const std::int64_t row = i / dim, b = row / seq;
-          const int p = static_cast<int>(row % seq), j = static_cast<int>(i % dim);
-          dxp[i] = p < out ? s * dy(b, p, j) : T(0);
-        });
-  } else {
-    Kokkos::parallel_for(
-        "kformer::learnable_pe::backward_input",
-        Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(
-            exec, {0, 0, 0}, {long(dx.extent(0)), long(dx.extent(1)), long(dx.extent(2))}),
-        KOKKOS_LAMBDA(const long b, const long p, const long j) {
-          dx(b, p, j) = p < out ? s * dy(b, p, j) : T(0);
-        });
-  }
 }
 
 }  // namespace kformer::impl

@@ -8,11 +8,13 @@
 //     sin((p+1) w) = sin(p w) cos(w) + cos(p w) sin(w)
 //     cos((p+1) w) = cos(p w) cos(w) - sin(p w) sin(w),
 // also in double. The rotation's error grows by at most ~2e-16 per step, so after 1024 steps it
-// is below 3e-13: far below float precision and the 1e-12 double tolerance. A team owns one
-// anchor block of positions (and a group of batch elements). It builds ~256 KiB of rows of PE at
-// a time in scratch and adds them to every batch element of its group, for which they are one
-// contiguous run of memory (long streams, measured best on 2 threads). The bits do not depend on
-// the chunk size or the thread count.
+// is below 3e-13: far below float precision and the 1e-12 double tolerance. A team (one thread)
+// owns one anchor block of positions (and a group of batch elements). It builds 64 KiB of rows of
+// PE at a time in scratch, small enough to stay in the cache while the tensor streams past, and
+// adds them to every batch element of its group, for which they are one contiguous run of memory
+// (long runs: chunks of 16 KiB were measured slower on 2 threads). Large outputs are written
+// around the caches (backends/streaming_store.hpp). The bits do not depend on the chunk size or
+// the thread count.
 //
 // GPUs: double-precision sin and cos for every (position, frequency) pair are cheap there (a few
 // microseconds of an H200 for a 4096 x 512 table), and what matters is many independent threads
@@ -24,6 +26,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../../../backends/streaming_store.hpp"
 #include "../../../core/compat.hpp"
 #include "../../../core/tensor.hpp"
 #include "../sinusoid.hpp"
@@ -76,6 +79,7 @@ struct DirectPositionalEncodingFunctor {
 
 template <class T, class ExecutionSpace, bool kAddInput>
 struct PositionalEncodingFunctor {
+  // CPUs: a team is one thread, with the rotation state and the rows of PE in its scratch.
   using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
   using member_type = typename policy_type::member_type;
   using scratch_space = typename ExecutionSpace::scratch_memory_space;
@@ -93,14 +97,15 @@ struct PositionalEncodingFunctor {
   int chunk_rows;       // rows of PE built in scratch at a time
   int batch_per_group;  // the batch is split across teams when there are few blocks
   int scratch_level;    // 0 (fast, small) unless the rows do not fit there
+  bool streaming;       // y is written around the caches (backends/streaming_store.hpp)
 
   static std::size_t scratch_bytes(int dim, int chunk_rows) {
-    return ScratchDoubles::shmem_size(dim + 1) + 2 * ScratchDoubles::shmem_size((dim + 1) / 2) +
+    return 4 * ScratchDoubles::shmem_size((dim + 1) / 2) +
            ScratchRows::shmem_size(std::size_t(chunk_rows) * dim);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
-    const Sinusoid sn = sinusoid;  // local copies: the loops below capture by value and vectorise
+    const Sinusoid sn = sinusoid;  // a local copy: the loops below keep it in registers
     const int seq = static_cast<int>(y.extent(1)), batch = static_cast<int>(y.extent(0));
     const int block = team.league_rank() % n_blocks, group = team.league_rank() / n_blocks;
     const int p_begin = block * anchor_spacing;
@@ -108,73 +113,67 @@ struct PositionalEncodingFunctor {
     const int b_begin = group * batch_per_group;
     const int b_end = b_begin + batch_per_group < batch ? b_begin + batch_per_group : batch;
 
-    // Rotation state z, laid out like a row of PE (z[sin_column(i)] = sin p w_i, z[cos_column(i)]
-    // = cos p w_i, in double; an odd dim's last cosine in z[dim]), and the step (sin w_i, cos w_i).
-    ScratchDoubles z(team.team_scratch(scratch_level), sn.dim + 1);
-    ScratchDoubles sin_w(team.team_scratch(scratch_level), sn.n_freq);
-    ScratchDoubles cos_w(team.team_scratch(scratch_level), sn.n_freq);
-    ScratchRows rows(team.team_scratch(scratch_level), chunk_rows * sn.dim);
+    // Rotation state (sin p w_i, cos p w_i) in double, and the step (sin w_i, cos w_i).
+    double* const sin_z = ScratchDoubles(team.team_scratch(scratch_level), sn.n_freq).data();
+    double* const cos_z = ScratchDoubles(team.team_scratch(scratch_level), sn.n_freq).data();
+    double* const sin_w = ScratchDoubles(team.team_scratch(scratch_level), sn.n_freq).data();
+    double* const cos_w = ScratchDoubles(team.team_scratch(scratch_level), sn.n_freq).data();
+    T* const pe = ScratchRows(team.team_scratch(scratch_level), chunk_rows * sn.dim).data();
     const double anchor = first_position + p_begin;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, sn.n_freq), [=](const int i) {
+    for (int i = 0; i < sn.n_freq; ++i) {
       const double w = sn.frequency(i);
-      z(sn.sin_column(i)) = compat::math::sin(anchor * w);
-      z(i < sn.n_cos ? sn.cos_column(i) : sn.dim) = compat::math::cos(anchor * w);
-      sin_w(i) = compat::math::sin(w);
-      cos_w(i) = compat::math::cos(w);
-    });
+      sin_z[i] = compat::math::sin(anchor * w);
+      cos_z[i] = compat::math::cos(anchor * w);
+      sin_w[i] = compat::math::sin(w);
+      cos_w[i] = compat::math::cos(w);
+    }
+    const auto rotate = [=](const int i) {
+      const double s = sin_z[i], c = cos_z[i];
+      sin_z[i] = s * cos_w[i] + c * sin_w[i];
+      cos_z[i] = c * cos_w[i] - s * sin_w[i];
+    };
 
-    // Frequency pairs (i < n_cos) with the layout's access pattern fixed inside the loop, so that
-    // it vectorises; an odd dim's last sine separately. A thread owns the same frequencies in
-    // every row (the range is split the same way each time): no barrier between rows.
+    // The layout's column placement is fixed inside each loop, so that it vectorises. An odd
+    // dim's last column is the sine of frequency n_cos, which has no cosine column.
     const int n_cos = sn.n_cos, dim = sn.dim;
-    const bool interleaved = sn.interleaved, odd = n_cos < sn.n_freq;
-    const T* const pe = rows.data();
-    double* const state = z.data();
     for (int chunk_begin = p_begin; chunk_begin < p_end; chunk_begin += chunk_rows) {
       const int n_rows = chunk_begin + chunk_rows < p_end ? chunk_rows : p_end - chunk_begin;
-      team.team_barrier();  // the previous chunk has been added everywhere
       for (int r = 0; r < n_rows; ++r) {
-        T* const row = rows.data() + r * dim;
-        // Writes (sin, cos) of frequency i from z[si], z[ci] to the row, then rotates them.
-        const auto step = [=](const int i, const int si, const int ci) {
-          const double a = state[si], b = state[ci];
-          row[si] = static_cast<T>(a);
-          row[ci] = static_cast<T>(b);
-          state[si] = a * cos_w(i) + b * sin_w(i);
-          state[ci] = b * cos_w(i) - a * sin_w(i);
-        };
-        if (interleaved)
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_cos),
-                               [=](const int i) { step(i, 2 * i, 2 * i + 1); });
-        else
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n_cos),
-                               [=](const int i) { step(i, i, n_cos + i); });
-        if (odd) {  // the last column is the sine of frequency n_cos; its cosine lives in z[dim]
-          Kokkos::single(Kokkos::PerTeam(team), [=]() {
-            const double a = state[dim - 1], b = state[dim];
-            row[dim - 1] = static_cast<T>(a);
-            state[dim - 1] = a * cos_w(n_cos) + b * sin_w(n_cos);
-            state[dim] = b * cos_w(n_cos) - a * sin_w(n_cos);
-          });
+        T* const row = pe + r * dim;
+        if (sn.interleaved) {
+          for (int i = 0; i < n_cos; ++i) {
+            row[2 * i] = static_cast<T>(sin_z[i]);
+            row[2 * i + 1] = static_cast<T>(cos_z[i]);
+            rotate(i);
+          }
+        } else {
+          for (int i = 0; i < n_cos; ++i) {
+            row[i] = static_cast<T>(sin_z[i]);
+            row[n_cos + i] = static_cast<T>(cos_z[i]);
+            rotate(i);
+          }
+        }
+        if (n_cos < sn.n_freq) {
+          row[dim - 1] = static_cast<T>(sin_z[n_cos]);
+          rotate(n_cos);
         }
       }
-      team.team_barrier();
 
       // The chunk of each batch element is one contiguous run of n_rows * dim values.
-      const int n = n_rows * dim;
+      const std::int64_t n = std::int64_t(n_rows) * dim;
       const T scale = input_scale;
       for (int b = b_begin; b < b_end; ++b) {
         T* const out = &y(b, chunk_begin, 0);
         if constexpr (kAddInput) {
           const T* const in = &x(b, chunk_begin, 0);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
-                               [=](const int k) { out[k] = in[k] * scale + pe[k]; });
+          backends::store_run(out, n, streaming,
+                              [=](const std::int64_t k) { return in[k] * scale + pe[k]; });
         } else {
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
-                               [=](const int k) { out[k] = pe[k]; });
+          backends::store_run(out, n, streaming, [=](const std::int64_t k) { return pe[k]; });
         }
       }
     }
+    if (streaming) backends::streaming_fence();
   }
 
   // Launches the kernel on exec. x may be y itself (in place).
@@ -208,12 +207,14 @@ struct PositionalEncodingFunctor {
     f.batch_per_group = (batch + groups - 1) / groups;
     const int league = f.n_blocks * ((batch + f.batch_per_group - 1) / f.batch_per_group);
 
-    const std::size_t chunk_bytes = 256 * 1024;
+    f.streaming = backends::use_streaming_stores(y.data(), kAddInput ? x.data() : nullptr,
+                                                 y.span() * sizeof(T));
+    const std::size_t chunk_bytes = 64 * 1024;
     f.chunk_rows = static_cast<int>(
         std::clamp<std::size_t>(chunk_bytes / (sizeof(T) * sinusoid.dim), 1, f.anchor_spacing));
     const std::size_t bytes = scratch_bytes(sinusoid.dim, f.chunk_rows);
     f.scratch_level = bytes <= static_cast<std::size_t>(policy_type::scratch_size_max(0)) ? 0 : 1;
-    policy_type policy(exec, league, Kokkos::AUTO);
+    policy_type policy(exec, league, 1);
     Kokkos::parallel_for(label, policy.set_scratch_size(f.scratch_level, Kokkos::PerTeam(bytes)),
                          f);
   }

@@ -1,0 +1,140 @@
+// Large outputs written around the caches (backends/streaming_store.hpp): the helper at every
+// alignment and length, and each encoding on tensors above kStreamingStoreBytes, where its CPU
+// kernels take that path (GPU backends run the same checks on their own kernels).
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <vector>
+
+#include <Kokkos_Core.hpp>
+
+#include <kformer/backends/spaces.hpp>
+#include <kformer/backends/streaming_store.hpp>
+#include <kformer/layers/encodings/learnable_positional_encoding.hpp>
+#include <kformer/layers/encodings/positional_encoding.hpp>
+#include <kformer/layers/encodings/value_encoding.hpp>
+
+#include "support/reference_encodings.hpp"
+#include "support/test_support.hpp"
+
+using namespace kformer;
+using namespace kformer::testing;
+
+namespace {
+
+// value(k) = k / 2 + 1, counting its calls. A functor with KOKKOS_INLINE_FUNCTION, since store_run
+// is a host-and-device function (nvcc rejects a host lambda there).
+template <class T>
+struct CountedValues {
+  int* calls;
+  KOKKOS_INLINE_FUNCTION T operator()(const std::int64_t k) const {
+    ++*calls;
+    return T(0.5) * T(k) + T(1);
+  }
+};
+
+template <class T>
+void check_store_run_everywhere() {
+  constexpr int kGuard = 64;  // values on each side that must stay untouched
+  for (const bool streaming : {false, true})
+    for (int offset = 0; offset < 17; ++offset)
+      for (const int n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 100, 1000, 4099}) {
+        CAPTURE(streaming, offset, n);
+        std::vector<T> buffer(n + 3 * kGuard, T(-7));
+        // Start from a 64-byte boundary, then move by `offset` elements.
+        const auto address = reinterpret_cast<std::uintptr_t>(buffer.data() + kGuard);
+        T* const out = buffer.data() + kGuard + (64 - address % 64) % 64 / sizeof(T) + offset;
+        int calls = 0;
+        backends::store_run(out, n, streaming, CountedValues<T>{&calls});
+        backends::streaming_fence();
+        CHECK(calls == n);
+        bool values_ok = true;
+        for (int k = 0; k < n; ++k)
+          values_ok = values_ok && out[k] == T(0.5) * T(k) + T(1);
+        CHECK(values_ok);
+        bool guards_ok = true;
+        for (T* p = buffer.data(); p < out; ++p)
+          guards_ok = guards_ok && *p == T(-7);
+        for (T* p = out + n; p < buffer.data() + buffer.size(); ++p)
+          guards_ok = guards_ok && *p == T(-7);
+        CHECK(guards_ok);
+      }
+}
+
+// An odd dim, so that the kernels' runs start and end inside cache lines, and a size above the
+// streaming threshold.
+constexpr int kBatch = 2, kSeq = 4200, kDim = 509;
+
+}  // namespace
+
+TEST_CASE("store_run writes each value once at any alignment, streaming or not",
+          "[backends][streaming]") {
+  check_store_run_everywhere<float>();
+  check_store_run_everywhere<double>();
+}
+
+TEMPLATE_LIST_TEST_CASE("encodings write large outputs correctly", "[encoding][streaming]",
+                        backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  const std::size_t n = std::size_t(kBatch) * kSeq * kDim;
+  REQUIRE(n * sizeof(float) >= backends::kStreamingStoreBytes);
+  const auto x_values = random_values(n, 41);
+  const auto x = device_from<float, Space>(x_values, kBatch, kSeq, kDim);
+  Tensor3<float, M> y("y", kBatch, kSeq, kDim);
+  std::vector<double> xf(x_values.begin(), x_values.end());  // x as the kernels see it
+  for (auto& v : xf)
+    v = static_cast<float>(v);
+
+  SECTION("fixed positional encoding, y = 2 x + PE") {
+    const PositionalEncoding<float, Space> pe(kDim);
+    pe.forward(Space(), x, y, 2.0f);
+    const auto table = ReferenceSinusoid{kDim}.matrix(kSeq);
+    std::vector<double> expected(n);
+    for (std::size_t i = 0; i < n; ++i)
+      expected[i] = 2 * xf[i] + table[i % table.size()];
+    CHECK(max_abs_diff(host_values(y), expected) <= 3e-6);
+  }
+
+  SECTION("learnable positional encoding, forward and backward") {
+    LearnablePositionalEncoding<float, Space> layer(Space(), kSeq, kDim);
+    const auto table = host_values(layer.pe().value);
+    layer.forward(Space(), x, y, 2.0f);
+    std::vector<double> expected(n);
+    for (std::size_t i = 0; i < n; ++i)
+      expected[i] = 2 * xf[i] + table[i % table.size()];
+    CHECK(max_abs_diff(host_values(y), expected) <= 5e-7);
+
+    layer.zero_grad(Space());
+    Kokkos::deep_copy(y, 7.0f);  // dx: every element must be written
+    layer.backward(Space(), x, y, 3.0f);
+    for (std::size_t i = 0; i < n; ++i)
+      expected[i] = 3 * xf[i];
+    CHECK(max_abs_diff(host_values(y), expected) <= 5e-7);
+    std::vector<double> grad(table.size(), 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      grad[i % grad.size()] += xf[i];
+    CHECK(max_abs_diff(host_values(layer.pe().grad), grad) <= 1e-6);
+
+    // In place: dx is dy itself, scaled.
+    layer.zero_grad(Space());
+    Kokkos::deep_copy(y, x);
+    layer.backward(Space(), y, y, 0.5f);
+    for (std::size_t i = 0; i < n; ++i)
+      expected[i] = 0.5 * xf[i];
+    CHECK(max_abs_diff(host_values(y), expected) <= 5e-7);
+    CHECK(max_abs_diff(host_values(layer.pe().grad), grad) <= 1e-6);
+  }
+
+  SECTION("value encoding, y = x + enc(values)") {
+    const ValueEncoding<float, Space> enc(Space(), kDim);
+    auto values = random_values(std::size_t(kBatch) * kSeq, 42, 0.0, 1000.0);
+    values[5] = 1e9;  // an angle past math::kSinCosLimit: the library's sin and cos
+    enc.forward(Space(), device_from<float, Space>(values, kBatch, kSeq), x, y);
+    const ReferenceSinusoid ref{kDim};
+    std::vector<double> expected(n);
+    for (std::size_t i = 0; i < n; ++i)
+      expected[i] = xf[i] + ref(static_cast<float>(values[i / kDim]), static_cast<int>(i % kDim));
+    CHECK(max_abs_diff(host_values(y), expected) <= 3e-6);
+  }
+}
