@@ -1,6 +1,7 @@
-// Elementary functions that vectorise: branch-free polynomial forms for float, so that loops over
-// softmax scores and GELU activations compile to SIMD code on CPUs (libm's expf/erff are scalar
-// calls) and stay cheap on GPUs. Double precision uses the library functions unchanged.
+// Elementary functions that vectorise: branch-free polynomial forms for float results, so that
+// loops over softmax scores, GELU activations and value encodings compile to SIMD code on CPUs
+// (libm's expf/erff/sin/cos are scalar calls) and stay cheap on GPUs. Double precision uses the
+// library functions unchanged.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +71,44 @@ KOKKOS_INLINE_FUNCTION float erf(float x) {
 }
 KOKKOS_INLINE_FUNCTION double erf(double x) {
   return compat::math::erf(x);
+}
+
+// sin and cos of a double angle as floats, to an absolute error below 1.2e-7 for |angle| <=
+// kSinCosLimit (measured against long double, 2e6 random angles per decade of range), and
+// branch-free so that loops over it vectorise (libm's sin and cos are scalar calls):
+//   angle = k pi/2 + r, |r| <= pi/4, in double: k by rounding with the 1.5 * 2^52 shift (its low
+//   mantissa bits are k mod 4 in two's complement), r by Cody-Waite with fdlibm's 33-bit parts of
+//   pi/2 (k * part is exact for |k| < 2^20; beyond, its rounding adds up to ~4e-9 at the limit);
+//   sin r and cos r in float by their Taylor series through r^9 and r^8 (truncation < 3e-8);
+//   the quadrant k mod 4 swaps and signs them.
+inline constexpr double kSinCosLimit = 67108864.0;  // 2^26
+
+KOKKOS_INLINE_FUNCTION void sin_cos(const double angle, float& sin_angle, float& cos_angle) {
+  constexpr double round_shift = 6755399441055744.0;  // 1.5 * 2^52
+  const double shifted = angle * 0.636619772367581343076 + round_shift;
+  const double k = shifted - round_shift;
+  std::uint64_t bits;
+  memcpy(&bits, &shifted, sizeof(bits));
+  const unsigned quadrant = static_cast<unsigned>(bits & 3u);
+  const float r = static_cast<float>(
+      ((angle - k * 1.57079632673412561417e+00) - k * 6.07710050630396597660e-11) -
+      k * 2.02226624879595063154e-21);
+  const float r2 = r * r;
+  float sin_r = 1.0f / 362880.0f;  // 1/9!
+  sin_r = sin_r * r2 - 1.0f / 5040.0f;
+  sin_r = sin_r * r2 + 1.0f / 120.0f;
+  sin_r = sin_r * r2 - 1.0f / 6.0f;
+  sin_r = sin_r * r2 * r + r;
+  float cos_r = 1.0f / 40320.0f;  // 1/8!
+  cos_r = cos_r * r2 - 1.0f / 720.0f;
+  cos_r = cos_r * r2 + 1.0f / 24.0f;
+  cos_r = cos_r * r2 - 0.5f;
+  cos_r = cos_r * r2 + 1.0f;
+  // quadrant 0: (sin r, cos r), 1: (cos r, -sin r), 2: (-sin r, -cos r), 3: (-cos r, sin r)
+  const float s = (quadrant & 1u) ? cos_r : sin_r;
+  const float c = (quadrant & 1u) ? sin_r : cos_r;
+  sin_angle = (quadrant & 2u) ? -s : s;
+  cos_angle = ((quadrant + 1u) & 2u) ? -c : c;
 }
 
 }  // namespace kformer::math

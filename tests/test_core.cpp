@@ -1,18 +1,23 @@
-// core/: error messages, the counter-based generator, atomic file output, PNG output.
+// core/: error messages, the counter-based generator, atomic file output, PNG output, the
+// vectorisable sin/cos.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <set>
 
 #include <Kokkos_Core.hpp>
 
 #include <kformer/core/error.hpp>
 #include <kformer/core/file_io.hpp>
+#include <kformer/core/math.hpp>
 #include <kformer/core/png.hpp>
 #include <kformer/core/random.hpp>
 #include <kformer/core/tensor.hpp>
@@ -103,4 +108,27 @@ TEST_CASE("write_heatmap_png writes a PNG of the matrix size", "[core][io]") {
   std::remove(path.c_str());
   CHECK_THROWS_WITH(write_heatmap_png(path, {1.0, 2.0}, 2, 3, 0, 1),
                     Catch::Contains("expected 6 values"));
+}
+
+TEST_CASE("math::sin_cos is within 1.2e-7 of sin and cos up to its limit", "[core][math]") {
+  std::vector<double> angles = {0.0, -0.0, math::kSinCosLimit, -math::kSinCosLimit};
+  for (int q = -64; q <= 64; ++q) {  // around the quadrant boundaries k pi/4
+    const double a = q * M_PI / 4;
+    angles.insert(angles.end(), {a, std::nextafter(a, -1e300), std::nextafter(a, 1e300)});
+  }
+  std::mt19937_64 gen(7);
+  for (double range = 1; range <= math::kSinCosLimit; range *= 8) {
+    std::uniform_real_distribution<double> dist(-range, range);
+    for (int i = 0; i < 20000; ++i)
+      angles.push_back(dist(gen));
+  }
+  double worst = 0, worst_angle = 0;
+  for (const double a : angles) {
+    float s, c;
+    math::sin_cos(a, s, c);
+    const double error = std::max(std::abs(s - std::sin(a)), std::abs(c - std::cos(a)));
+    if (error > worst) worst = error, worst_angle = a;
+  }
+  CAPTURE(worst_angle);
+  CHECK(worst <= 1.2e-7);
 }

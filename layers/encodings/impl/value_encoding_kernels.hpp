@@ -5,10 +5,14 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include <Kokkos_Core.hpp>
 
+#include "../../../backends/for_each.hpp"
+#include "../../../backends/streaming_store.hpp"
 #include "../../../core/compat.hpp"
+#include "../../../core/math.hpp"
 #include "../../../core/tensor.hpp"
 #include "../sinusoid.hpp"
 
@@ -27,31 +31,121 @@ void value_encoding_frequencies(const ExecutionSpace& exec, const Sinusoid& s,
       KOKKOS_LAMBDA(const int i) { w(i) = s.frequency(i); });
 }
 
-// y = (x or 0) + enc(values). One work item per (token, frequency): the sine and cosine of
-// v w_i, in double.
+// Whether enc(v) of a T result may use math::sin_cos (float results, angles within its range),
+// given the token's largest angle |v| w_0.
+template <class T>
+KOKKOS_INLINE_FUNCTION bool fast_sin_cos(const double largest_angle) {
+  return std::is_same<T, float>::value && largest_angle <= math::kSinCosLimit;
+}
+
+// sin and cos of angle as T: math::sin_cos when `fast`, the library's functions otherwise.
+template <class T>
+KOKKOS_INLINE_FUNCTION void sin_cos_as(const bool fast, const double angle, T& sin_v, T& cos_v) {
+  if constexpr (std::is_same<T, float>::value) {
+    if (fast) return math::sin_cos(angle, sin_v, cos_v);
+  }
+  sin_v = static_cast<T>(compat::math::sin(angle));
+  cos_v = static_cast<T>(compat::math::cos(angle));
+}
+
+// row = enc(v) in the layout of s, with sin_cos_of(i, sin, cos) giving frequency i's pair. The
+// layout is fixed inside each loop, so that the loops vectorise.
+template <class T, class SinCos>
+KOKKOS_INLINE_FUNCTION void write_sinusoid_row(const Sinusoid& s, T* const row,
+                                               const SinCos& sin_cos_of) {
+  T sin_v, cos_v;
+  if (s.interleaved) {
+    for (int i = 0; i < s.n_cos; ++i) {
+      sin_cos_of(i, sin_v, cos_v);
+      row[2 * i] = sin_v;
+      row[2 * i + 1] = cos_v;
+    }
+  } else {
+    for (int i = 0; i < s.n_cos; ++i) {
+      sin_cos_of(i, sin_v, cos_v);
+      row[i] = sin_v;
+      row[s.n_cos + i] = cos_v;
+    }
+  }
+  if (s.n_cos < s.n_freq) {  // an odd dim's last column: the sine of frequency n_cos
+    sin_cos_of(s.n_cos, sin_v, cos_v);
+    row[s.dim - 1] = sin_v;
+  }
+}
+
+// y = (x or 0) + enc(values): the sine and cosine of v w_i (math::sin_cos for float results, the
+// library's functions in double otherwise).
+//
+// CPUs: a team (one thread) per group of tokens; a token's encoding is computed into a row in
+// scratch by loops that vectorise, then added to its input and streamed out (large outputs around
+// the caches). GPUs: a thread per (token, frequency).
 template <bool kAddInput, class ExecutionSpace, class T, class M>
 void value_encoding_apply(const char* label, const ExecutionSpace& exec, const Sinusoid& s,
                           const Kokkos::View<const double*, M>& w,
                           const Tensor2<const T, M>& values, const Tensor3<const T, M>& x,
                           const Tensor3<T, M>& y) {
-  const int seq = values.extent(1);
-  const std::int64_t per_token = s.n_freq;
-  Kokkos::parallel_for(
-      label, TokenPolicy<ExecutionSpace>(exec, 0, std::int64_t(values.extent(0)) * seq * per_token),
-      KOKKOS_LAMBDA(const std::int64_t k) {
-        const std::int64_t token = k / per_token;
-        const int i = static_cast<int>(k % per_token);
-        const int b = static_cast<int>(token / seq), p = static_cast<int>(token % seq);
-        const double angle = static_cast<double>(values(b, p)) * w(i);
-        const int cs = s.sin_column(i);
-        const T sin_v = static_cast<T>(compat::math::sin(angle));
-        y(b, p, cs) = kAddInput ? x(b, p, cs) + sin_v : sin_v;
-        if (i < s.n_cos) {
-          const int cc = s.cos_column(i);
-          const T cos_v = static_cast<T>(compat::math::cos(angle));
-          y(b, p, cc) = kAddInput ? x(b, p, cc) + cos_v : cos_v;
-        }
-      });
+  using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
+  using member_type = typename policy_type::member_type;
+  using ScratchRow =
+      Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  const std::int64_t tokens = std::int64_t(values.extent(0)) * values.extent(1);
+  const int dim = s.dim;
+  const double* const wp = w.data();
+  const T* const vp = values.data();
+  const T* const xp = x.data();  // read only when kAddInput (encode passes y)
+  T* const yp = y.data();
+  if constexpr (!backends::runs_on_host<ExecutionSpace>) {
+    const std::int64_t per_token = s.n_freq;
+    Kokkos::parallel_for(
+        label, TokenPolicy<ExecutionSpace>(exec, 0, tokens * per_token),
+        KOKKOS_LAMBDA(const std::int64_t k) {
+          const std::int64_t token = k / per_token;
+          const int i = static_cast<int>(k % per_token);
+          const double v = vp[token];
+          T sin_v, cos_v;
+          sin_cos_as(fast_sin_cos<T>(compat::math::fabs(v) * wp[0]), v * wp[i], sin_v, cos_v);
+          const T* const in = xp + token * dim;
+          T* const out = yp + token * dim;
+          const int cs = s.sin_column(i);
+          out[cs] = (kAddInput ? in[cs] : T(0)) + sin_v;
+          if (i < s.n_cos) {
+            const int cc = s.cos_column(i);
+            out[cc] = (kAddInput ? in[cc] : T(0)) + cos_v;
+          }
+        });
+  } else {
+    constexpr std::int64_t kTokensPerTeam = 16;
+    const bool streaming = backends::use_streaming_stores(yp, kAddInput ? xp : nullptr,
+                                                          std::size_t(tokens) * dim * sizeof(T));
+    const std::size_t bytes = ScratchRow::shmem_size(dim);
+    const int level = bytes <= std::size_t(policy_type::scratch_size_max(0)) ? 0 : 1;
+    Kokkos::parallel_for(
+        label,
+        policy_type(exec, (tokens + kTokensPerTeam - 1) / kTokensPerTeam, 1)
+            .set_scratch_size(level, Kokkos::PerTeam(bytes)),
+        KOKKOS_LAMBDA(const member_type& team) {
+          T* const row = ScratchRow(team.team_scratch(level), dim).data();
+          const std::int64_t begin = team.league_rank() * kTokensPerTeam;
+          const std::int64_t end =
+              begin + kTokensPerTeam < tokens ? begin + kTokensPerTeam : tokens;
+          for (std::int64_t token = begin; token < end; ++token) {
+            const double v = vp[token];
+            if (fast_sin_cos<T>(compat::math::fabs(v) * wp[0]))  // w_0 is the largest
+              write_sinusoid_row(s, row, [=](const int i, T& sin_v, T& cos_v) {
+                sin_cos_as(true, v * wp[i], sin_v, cos_v);
+              });
+            else
+              write_sinusoid_row(s, row, [=](const int i, T& sin_v, T& cos_v) {
+                sin_cos_as(false, v * wp[i], sin_v, cos_v);
+              });
+            const T* const in = xp + token * dim;
+            backends::store_run(yp + token * dim, dim, streaming, [=](const std::int64_t k) {
+              return kAddInput ? in[k] + row[k] : row[k];
+            });
+          }
+          if (streaming) backends::streaming_fence();
+        });
+  }
 }
 
 // dvalues[b, p] = sum_i w_i (dy[b, p, sin_i] cos(v w_i) - dy[b, p, cos_i] sin(v w_i)).
