@@ -125,13 +125,15 @@ class Report:
                                       f"the latter is used.")
                 cases[r["case"]] = r
         self.backends = sorted(self.by_backend, key=backend_key)
+        # Each document's own limits, also where a later document's row of the same case is the
+        # one shown: a row is compared with the limits measured in its own run.
         self.limits = {}  # (doc, backend) -> {"memory": GB/s, "compute": GFLOP/s}
-        for backend, cases in self.by_backend.items():
-            for r in cases.values():
+        for _, rows in docs:
+            for r in rows:
                 if r["case"] == "limit.copy" and r["bytes"] > 0:
-                    self.limits.setdefault((r["doc"], backend), {})["memory"] = r["rate"]
+                    self.limits.setdefault((r["doc"], r["backend"]), {})["memory"] = r["rate"]
                 elif r["case"] == "limit.sgemm" and r["flops"] > 0:
-                    self.limits.setdefault((r["doc"], backend), {})["compute"] = r["rate"]
+                    self.limits.setdefault((r["doc"], r["backend"]), {})["compute"] = r["rate"]
         for cases in self.by_backend.values():
             for r in cases.values():
                 r["fraction"], r["reference"] = self.fraction(r)

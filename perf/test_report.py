@@ -120,6 +120,27 @@ class ReportTest(unittest.TestCase):
         add = next(r for r in bench if r["backend"] == "openmp" and r["case"] == "encoding.fixed.add")
         self.assertEqual(table["encoding.fixed.add"][4], f"{add['ratio_to_baseline']:.2f}")
 
+    def test_each_document_keeps_its_own_limits(self):
+        # A later run on the same backend (a scaling run, say) measures limit.copy again; the rows
+        # of the first run are still compared with the copy of the first run.
+        doc = json.load(open(BENCH))
+        later = dict(doc, results=[dict(r, median_s=2 * r["median_s"]) for r in doc["results"]
+                                   if r["backend"] == "openmp" and r["case"] == "limit.copy"])
+        with tempfile.TemporaryDirectory() as tmp:
+            second = os.path.join(tmp, "later.json")
+            with open(second, "w") as f:
+                json.dump(later, f)
+            proc = run_report(os.path.join(tmp, "out"), BENCH, second)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            md = read(os.path.join(tmp, "out", "report.md"))
+        table = rows(section(md, "### openmp" + self._device_suffix("openmp")))
+        bench = results(BENCH)
+        copy = next(r for r in bench if r["backend"] == "openmp" and r["case"] == "encoding.copy")
+        limit = next(r for r in bench if r["backend"] == "openmp" and r["case"] == "limit.copy")
+        expected = (copy["bytes"] / copy["median_s"]) / (limit["bytes"] / limit["median_s"])
+        self.assertEqual(table["encoding.copy"][4], f"{expected:.2f}")
+        self.assertEqual(table["encoding.copy"][5], "limit.copy")
+
     def test_scaling_exponents(self):
         table = section(self.md, "## Scaling")
         by_backend = {cells[0]: cells for cells in rows(table).values() if cells[0] in ("serial", "openmp")}
