@@ -73,13 +73,14 @@ KOKKOS_INLINE_FUNCTION double erf(double x) {
   return compat::math::erf(x);
 }
 
-// sin and cos of a double angle as floats, to an absolute error below 1.2e-7 for |angle| <=
-// kSinCosLimit (measured against long double, 2e6 random angles per decade of range), and
+// sin and cos of a double angle as floats, to an absolute error below 1e-7 for |angle| <=
+// kSinCosLimit (8e-8 measured against long double, 2e6 random angles per decade of range), and
 // branch-free so that loops over it vectorise (libm's sin and cos are scalar calls):
 //   angle = k pi/2 + r, |r| <= pi/4, in double: k by rounding with the 1.5 * 2^52 shift (its low
-//   mantissa bits are k mod 4 in two's complement), r by Cody-Waite with fdlibm's 33-bit parts of
-//   pi/2 (k * part is exact for |k| < 2^20; beyond, its rounding adds up to ~4e-9 at the limit);
-//   sin r and cos r in float by their Taylor series through r^9 and r^8 (truncation < 3e-8);
+//   mantissa bits are k mod 4 in two's complement), r by Cody-Waite with fdlibm's 33-bit part of
+//   pi/2 and its remainder (k * part is exact for |k| < 2^20; beyond, its rounding adds up to
+//   ~8e-9 at the limit);
+//   sin r and cos r in float by Cephes' minimax polynomials for sinf and cosf (degrees 7 and 8);
 //   the quadrant k mod 4 swaps and signs them.
 inline constexpr double kSinCosLimit = 67108864.0;  // 2^26
 
@@ -90,20 +91,17 @@ KOKKOS_INLINE_FUNCTION void sin_cos(const double angle, float& sin_angle, float&
   std::uint64_t bits;
   memcpy(&bits, &shifted, sizeof(bits));
   const unsigned quadrant = static_cast<unsigned>(bits & 3u);
-  const float r = static_cast<float>(
-      ((angle - k * 1.57079632673412561417e+00) - k * 6.07710050630396597660e-11) -
-      k * 2.02226624879595063154e-21);
+  const float r =
+      static_cast<float>((angle - k * 1.57079632673412561417e+00) - k * 6.07710050650619224932e-11);
   const float r2 = r * r;
-  float sin_r = 1.0f / 362880.0f;  // 1/9!
-  sin_r = sin_r * r2 - 1.0f / 5040.0f;
-  sin_r = sin_r * r2 + 1.0f / 120.0f;
-  sin_r = sin_r * r2 - 1.0f / 6.0f;
+  float sin_r = -1.9515295891e-4f;
+  sin_r = sin_r * r2 + 8.3321608736e-3f;
+  sin_r = sin_r * r2 - 1.6666654611e-1f;
   sin_r = sin_r * r2 * r + r;
-  float cos_r = 1.0f / 40320.0f;  // 1/8!
-  cos_r = cos_r * r2 - 1.0f / 720.0f;
-  cos_r = cos_r * r2 + 1.0f / 24.0f;
-  cos_r = cos_r * r2 - 0.5f;
-  cos_r = cos_r * r2 + 1.0f;
+  float cos_r = 2.443315711809948e-5f;
+  cos_r = cos_r * r2 - 1.388731625493765e-3f;
+  cos_r = cos_r * r2 + 4.166664568298827e-2f;
+  cos_r = cos_r * r2 * r2 - 0.5f * r2 + 1.0f;
   // quadrant 0: (sin r, cos r), 1: (cos r, -sin r), 2: (-sin r, -cos r), 3: (-cos r, sin r)
   const float s = (quadrant & 1u) ? cos_r : sin_r;
   const float c = (quadrant & 1u) ? sin_r : cos_r;

@@ -110,7 +110,7 @@ TEST_CASE("write_heatmap_png writes a PNG of the matrix size", "[core][io]") {
                     Catch::Contains("expected 6 values"));
 }
 
-TEST_CASE("math::sin_cos is within 1.2e-7 of sin and cos up to its limit", "[core][math]") {
+TEST_CASE("math::sin_cos is within 1e-7 of sin and cos up to its limit", "[core][math]") {
   std::vector<double> angles = {0.0, -0.0, math::kSinCosLimit, -math::kSinCosLimit};
   for (int q = -64; q <= 64; ++q) {  // around the quadrant boundaries k pi/4
     const double a = q * M_PI / 4;
@@ -130,5 +130,5 @@ TEST_CASE("math::sin_cos is within 1.2e-7 of sin and cos up to its limit", "[cor
     if (error > worst) worst = error, worst_angle = a;
   }
   CAPTURE(worst_angle);
-  CHECK(worst <= 1.2e-7);
+  CHECK(worst <= 1e-7);
 }
