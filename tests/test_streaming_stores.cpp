@@ -22,48 +22,85 @@ using namespace kformer::testing;
 
 namespace {
 
-// value(k) = k / 2 + 1, counting its calls. A functor with KOKKOS_INLINE_FUNCTION, since store_run
-// is a host-and-device function (nvcc rejects a host lambda there).
+// value(k) = slope k + intercept, counting its calls. A functor with KOKKOS_INLINE_FUNCTION, since
+// store_run is a host-and-device function (nvcc rejects a host lambda there).
 template <class T>
 struct CountedValues {
   int* calls;
+  T slope, intercept;
   KOKKOS_INLINE_FUNCTION T operator()(const std::int64_t k) const {
     ++*calls;
-    return T(0.5) * T(k) + T(1);
+    return slope * T(k) + intercept;
   }
 };
 
+// A run of n elements `offset` elements past a 64-byte boundary, with guard values on both sides.
+template <class T>
+struct GuardedRun {
+  static constexpr int kGuard = 64;
+  std::vector<T> buffer;
+  T* out;
+  int n;
+  GuardedRun(const int n_, const int offset) : buffer(n_ + 3 * kGuard, T(-7)), n(n_) {
+    const auto address = reinterpret_cast<std::uintptr_t>(buffer.data() + kGuard);
+    out = buffer.data() + kGuard + (64 - address % 64) % 64 / sizeof(T) + offset;
+  }
+  // Whether the run holds slope k + intercept and the guards are untouched.
+  bool holds(const T slope, const T intercept) const {
+    bool ok = true;
+    for (int k = 0; k < n; ++k)
+      ok = ok && out[k] == slope * T(k) + intercept;
+    for (const T* p = buffer.data(); p < out; ++p)
+      ok = ok && *p == T(-7);
+    for (const T* p = out + n; p < buffer.data() + buffer.size(); ++p)
+      ok = ok && *p == T(-7);
+    return ok;
+  }
+};
+
+const int kLengths[] = {0, 1, 7, 8, 15, 16, 17, 31, 33, 100, 1000, 4099};
+
 template <class T>
 void check_store_run_everywhere() {
-  constexpr int kGuard = 64;  // values on each side that must stay untouched
   for (const bool streaming : {false, true})
     for (int offset = 0; offset < 17; ++offset)
-      for (const int n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 100, 1000, 4099}) {
+      for (const int n : kLengths) {
         CAPTURE(streaming, offset, n);
-        std::vector<T> buffer(n + 3 * kGuard, T(-7));
-        // Start from a 64-byte boundary, then move by `offset` elements.
-        const auto address = reinterpret_cast<std::uintptr_t>(buffer.data() + kGuard);
-        T* const out = buffer.data() + kGuard + (64 - address % 64) % 64 / sizeof(T) + offset;
+        GuardedRun<T> run(n, offset);
         int calls = 0;
-        backends::store_run(out, n, streaming, CountedValues<T>{&calls});
+        backends::store_run(run.out, n, streaming, CountedValues<T>{&calls, T(0.5), T(1)});
         backends::streaming_fence();
         CHECK(calls == n);
-        bool values_ok = true;
-        for (int k = 0; k < n; ++k)
-          values_ok = values_ok && out[k] == T(0.5) * T(k) + T(1);
-        CHECK(values_ok);
-        bool guards_ok = true;
-        for (T* p = buffer.data(); p < out; ++p)
-          guards_ok = guards_ok && *p == T(-7);
-        for (T* p = out + n; p < buffer.data() + buffer.size(); ++p)
-          guards_ok = guards_ok && *p == T(-7);
-        CHECK(guards_ok);
+        CHECK(run.holds(T(0.5), T(1)));
       }
 }
 
-// An odd dim, so that the kernels' runs start and end inside cache lines, and a size above the
-// streaming threshold.
-constexpr int kBatch = 2, kSeq = 4200, kDim = 509;
+// Two runs at the same offset within a line (written interleaved) and at different ones (one
+// after the other).
+template <class T>
+void check_store_run_pair_everywhere() {
+  for (const bool streaming : {false, true})
+    for (int offset0 = 0; offset0 < 17; ++offset0)
+      for (const int offset1 : {offset0, (offset0 + 5) % 17})
+        for (const int n : kLengths) {
+          CAPTURE(streaming, offset0, offset1, n);
+          GuardedRun<T> run0(n, offset0), run1(n, offset1);
+          int calls0 = 0, calls1 = 0;
+          backends::store_run_pair(run0.out, run1.out, n, streaming,
+                                   CountedValues<T>{&calls0, T(0.5), T(1)},
+                                   CountedValues<T>{&calls1, T(-0.25), T(3)});
+          backends::streaming_fence();
+          CHECK(calls0 == n);
+          CHECK(calls1 == n);
+          CHECK(run0.holds(T(0.5), T(1)));
+          CHECK(run1.holds(T(-0.25), T(3)));
+        }
+}
+
+// An odd dim, so that the kernels' runs start and end inside cache lines; seq a multiple of 16, so
+// that the two batch elements' runs sit at the same offset within a line and are written
+// interleaved (store_run_pair); a size above the streaming threshold.
+constexpr int kBatch = 2, kSeq = 4208, kDim = 509;
 
 }  // namespace
 
@@ -71,6 +108,12 @@ TEST_CASE("store_run writes each value once at any alignment, streaming or not",
           "[backends][streaming]") {
   check_store_run_everywhere<float>();
   check_store_run_everywhere<double>();
+}
+
+TEST_CASE("store_run_pair writes both runs at any alignment, streaming or not",
+          "[backends][streaming]") {
+  check_store_run_pair_everywhere<float>();
+  check_store_run_pair_everywhere<double>();
 }
 
 TEMPLATE_LIST_TEST_CASE("encodings write large outputs correctly", "[encoding][streaming]",

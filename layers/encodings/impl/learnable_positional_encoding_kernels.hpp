@@ -76,11 +76,16 @@ void learnable_pe_forward(const ExecutionSpace& exec, const Tensor3<const T, M>&
           const std::int64_t begin = team.league_rank() * chunk;
           const std::int64_t len = begin + chunk < n ? chunk : n - begin;
           const T* const t = table + begin;
-          for (int b = 0; b < batch; ++b) {
+          const auto value_for = [=](const int b) {
             const T* const in = xp + b * x_stride + begin;
-            backends::store_run(yp + b * n + begin, len, streaming,
-                                [=](const std::int64_t k) { return in[k] * s + t[k]; });
-          }
+            return [=](const std::int64_t k) { return in[k] * s + t[k]; };
+          };
+          // Two batch elements at a time: two input streams in flight.
+          int b = 0;
+          for (; b + 1 < batch; b += 2)
+            backends::store_run_pair(yp + b * n + begin, yp + (b + 1) * n + begin, len, streaming,
+                                     value_for(b), value_for(b + 1));
+          if (b < batch) backends::store_run(yp + b * n + begin, len, streaming, value_for(b));
           if (streaming) backends::streaming_fence();
         });
   }

@@ -159,19 +159,19 @@ struct PositionalEncodingFunctor {
         }
       }
 
-      // The chunk of each batch element is one contiguous run of n_rows * dim values.
+      // The chunk of each batch element is one contiguous run of n_rows * dim values, written
+      // two batch elements at a time.
       const std::int64_t n = std::int64_t(n_rows) * dim;
       const T scale = input_scale;
-      for (int b = b_begin; b < b_end; ++b) {
-        T* const out = &y(b, chunk_begin, 0);
-        if constexpr (kAddInput) {
-          const T* const in = &x(b, chunk_begin, 0);
-          backends::store_run(out, n, streaming,
-                              [=](const std::int64_t k) { return in[k] * scale + pe[k]; });
-        } else {
-          backends::store_run(out, n, streaming, [=](const std::int64_t k) { return pe[k]; });
-        }
-      }
+      const auto value_for = [=](const int b) {
+        const T* const in = &x(b, chunk_begin, 0);  // read only when kAddInput
+        return [=](const std::int64_t k) { return kAddInput ? in[k] * scale + pe[k] : pe[k]; };
+      };
+      int b = b_begin;
+      for (; b + 1 < b_end; b += 2)
+        backends::store_run_pair(&y(b, chunk_begin, 0), &y(b + 1, chunk_begin, 0), n, streaming,
+                                 value_for(b), value_for(b + 1));
+      if (b < b_end) backends::store_run(&y(b, chunk_begin, 0), n, streaming, value_for(b));
     }
     if (streaming) backends::streaming_fence();
   }
