@@ -6,6 +6,7 @@
 // took 3.3 ms that way and 0.30 ms in chunks. On a GPU every index is a work item.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <Kokkos_Core.hpp>
@@ -52,6 +53,14 @@ void for_each_index(const ExecutionSpace& exec, const char* label, const std::in
         label, Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
         body);
   }
+}
+
+// The team scratch level for `bytes` per team: 0 (fast, small) when the space allows that much
+// there, 1 otherwise.
+template <class ExecutionSpace>
+int team_scratch_level(const std::size_t bytes) {
+  using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
+  return bytes <= static_cast<std::size_t>(policy_type::scratch_size_max(0)) ? 0 : 1;
 }
 
 }  // namespace kformer::backends

@@ -4,8 +4,8 @@
 // memory: y = f(x) over a tensor larger than the caches moves three bytes of memory traffic for
 // every two of data. x86's non-temporal stores send whole lines straight to memory, two bytes for
 // two. Measured on the 2-core development machine (OpenMP, (8, 4096, 512) float, in alternation
-// with a copy, before -> after, over several runs): the learnable encoding's forward went from
-// 0.73-0.83x to 0.84-1.07x the copy's bandwidth, the fixed encoding from 0.67-0.77x to 0.73-0.90x.
+// with a copy, together with store_run_pair below): the learnable encoding's forward went from
+// 0.73-0.83x to 0.98-1.29x the copy's bandwidth, the fixed encoding from 0.67-0.77x to 0.84-1.20x.
 //
 // They pay only when nothing reads the output from cache soon after, so kernels use them for
 // outputs of at least kStreamingStoreBytes (a layer's output in the TST pipeline, a few MiB, is
@@ -45,6 +45,30 @@ namespace impl {
 inline constexpr int kCacheLine = 64;
 
 #if defined(KFORMER_STREAMING_STORES)
+// A run of n T at `address`: [0, head) before its first line boundary, [head, lines_end) whole
+// lines, [lines_end, n) the tail.
+template <class T>
+struct LineSplit {
+  std::int64_t head, lines_end;
+  LineSplit(const std::uintptr_t address, const std::int64_t n) {
+    constexpr int kPerLine = kCacheLine / static_cast<int>(sizeof(T));
+    const std::int64_t to_line =
+        (kCacheLine - address % kCacheLine) % kCacheLine / static_cast<std::int64_t>(sizeof(T));
+    head = to_line < n ? to_line : n;
+    lines_end = head + (n - head) / kPerLine * kPerLine;
+  }
+};
+
+// line[j] = value(k + j) for the kCacheLine bytes of one line. One vector operation: left to
+// itself GCC unrolls this loop completely and then assembles the vector from scalar loads, which
+// made the fixed encoding 0.75x of a copy instead of 1.0x.
+template <class T, class Value>
+inline void fill_line(T* const line, const std::int64_t k, const Value& value) {
+  KFORMER_NO_UNROLL
+  for (int j = 0; j < kCacheLine / static_cast<int>(sizeof(T)); ++j)
+    line[j] = value(k + j);
+}
+
 // One aligned 64-byte line from `line` to `out`, around the caches.
 inline void stream_line(void* out, const void* line) {
 #if defined(__AVX512F__)
@@ -77,20 +101,12 @@ KOKKOS_INLINE_FUNCTION void store_run(T* const out, const std::int64_t n, const 
   constexpr int kPerLine = impl::kCacheLine / static_cast<int>(sizeof(T));
   const auto address = reinterpret_cast<std::uintptr_t>(out);
   if (streaming && address % sizeof(T) == 0) {
-    const std::int64_t to_line = (impl::kCacheLine - address % impl::kCacheLine) %
-                                 impl::kCacheLine / static_cast<std::int64_t>(sizeof(T));
-    const std::int64_t head = to_line < n ? to_line : n;
-    const std::int64_t lines_end = head + (n - head) / kPerLine * kPerLine;
-    for (; k < head; ++k)
+    const impl::LineSplit<T> split(address, n);
+    for (; k < split.head; ++k)
       out[k] = value(k);
-    for (; k < lines_end; k += kPerLine) {
+    for (; k < split.lines_end; k += kPerLine) {
       alignas(impl::kCacheLine) T line[kPerLine];
-      // One vector operation per line. Left to itself GCC unrolls this loop completely and then
-      // assembles the vector from scalar loads, which made the fixed encoding 0.75x of a copy
-      // instead of 1.0x.
-      KFORMER_NO_UNROLL
-      for (int j = 0; j < kPerLine; ++j)
-        line[j] = value(k + j);
+      impl::fill_line(line, k, value);
       impl::stream_line(out + k, line);
     }
     for (; k < n; ++k)
@@ -118,24 +134,17 @@ KOKKOS_INLINE_FUNCTION void store_run_pair(T* const out0, T* const out1, const s
   const auto address1 = reinterpret_cast<std::uintptr_t>(out1);
   if (streaming && address0 % sizeof(T) == 0 &&
       address0 % impl::kCacheLine == address1 % impl::kCacheLine) {
-    const std::int64_t to_line = (impl::kCacheLine - address0 % impl::kCacheLine) %
-                                 impl::kCacheLine / static_cast<std::int64_t>(sizeof(T));
-    const std::int64_t head = to_line < n ? to_line : n;
-    const std::int64_t lines_end = head + (n - head) / kPerLine * kPerLine;
+    const impl::LineSplit<T> split(address0, n);
     std::int64_t k = 0;
-    for (; k < head; ++k) {
+    for (; k < split.head; ++k) {
       out0[k] = value0(k);
       out1[k] = value1(k);
     }
-    for (; k < lines_end; k += kPerLine) {
+    for (; k < split.lines_end; k += kPerLine) {
       alignas(impl::kCacheLine) T line0[kPerLine];
       alignas(impl::kCacheLine) T line1[kPerLine];
-      KFORMER_NO_UNROLL
-      for (int j = 0; j < kPerLine; ++j)
-        line0[j] = value0(k + j);
-      KFORMER_NO_UNROLL
-      for (int j = 0; j < kPerLine; ++j)
-        line1[j] = value1(k + j);
+      impl::fill_line(line0, k, value0);
+      impl::fill_line(line1, k, value1);
       impl::stream_line(out0 + k, line0);
       impl::stream_line(out1 + k, line1);
     }
@@ -148,6 +157,18 @@ KOKKOS_INLINE_FUNCTION void store_run_pair(T* const out0, T* const out1, const s
 #endif
   store_run(out0, n, streaming, value0);
   store_run(out1, n, streaming, value1);
+}
+
+// out_of(b)[k] = value_for(b)(k) for b in [b_begin, b_end) and k in [0, n): the runs of a group of
+// batch elements, written two at a time (store_run_pair).
+template <class OutOf, class ValueFor>
+KOKKOS_INLINE_FUNCTION void store_batch_runs(const int b_begin, const int b_end,
+                                             const std::int64_t n, const bool streaming,
+                                             const OutOf& out_of, const ValueFor& value_for) {
+  int b = b_begin;
+  for (; b + 1 < b_end; b += 2)
+    store_run_pair(out_of(b), out_of(b + 1), n, streaming, value_for(b), value_for(b + 1));
+  if (b < b_end) store_run(out_of(b), n, streaming, value_for(b));
 }
 
 // Orders this thread's streaming stores before everything it does next (as plain stores are), so

@@ -82,4 +82,30 @@ struct Sinusoid {
   KOKKOS_INLINE_FUNCTION int cos_column(int i) const { return interleaved ? 2 * i + 1 : n_cos + i; }
 };
 
+// A row of dim values in the layout of s, with sin_cos_of(i, sin, cos) giving frequency i's pair
+// (called once per i, in increasing order). The layout is fixed inside each loop, so that the
+// loops vectorise on CPUs.
+template <class T, class SinCos>
+KOKKOS_INLINE_FUNCTION void write_sinusoid_row(const Sinusoid& s, T* const row,
+                                               const SinCos& sin_cos_of) {
+  T sin_v, cos_v;
+  if (s.interleaved) {
+    for (int i = 0; i < s.n_cos; ++i) {
+      sin_cos_of(i, sin_v, cos_v);
+      row[2 * i] = sin_v;
+      row[2 * i + 1] = cos_v;
+    }
+  } else {
+    for (int i = 0; i < s.n_cos; ++i) {
+      sin_cos_of(i, sin_v, cos_v);
+      row[i] = sin_v;
+      row[s.n_cos + i] = cos_v;
+    }
+  }
+  if (s.n_cos < s.n_freq) {  // an odd dim's last column: the sine of frequency n_cos
+    sin_cos_of(s.n_cos, sin_v, cos_v);
+    row[s.dim - 1] = sin_v;
+  }
+}
+
 }  // namespace kformer

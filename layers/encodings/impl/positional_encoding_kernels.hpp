@@ -26,6 +26,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../../../backends/for_each.hpp"
 #include "../../../backends/streaming_store.hpp"
 #include "../../../core/compat.hpp"
 #include "../../../core/tensor.hpp"
@@ -127,51 +128,34 @@ struct PositionalEncodingFunctor {
       sin_w[i] = compat::math::sin(w);
       cos_w[i] = compat::math::cos(w);
     }
+    // Advances frequency i by one position.
     const auto rotate = [=](const int i) {
       const double s = sin_z[i], c = cos_z[i];
       sin_z[i] = s * cos_w[i] + c * sin_w[i];
       cos_z[i] = c * cos_w[i] - s * sin_w[i];
     };
 
-    // The layout's column placement is fixed inside each loop, so that it vectorises. An odd
-    // dim's last column is the sine of frequency n_cos, which has no cosine column.
-    const int n_cos = sn.n_cos, dim = sn.dim;
+    const int dim = sn.dim;
     for (int chunk_begin = p_begin; chunk_begin < p_end; chunk_begin += chunk_rows) {
       const int n_rows = chunk_begin + chunk_rows < p_end ? chunk_rows : p_end - chunk_begin;
       for (int r = 0; r < n_rows; ++r) {
-        T* const row = pe + r * dim;
-        if (sn.interleaved) {
-          for (int i = 0; i < n_cos; ++i) {
-            row[2 * i] = static_cast<T>(sin_z[i]);
-            row[2 * i + 1] = static_cast<T>(cos_z[i]);
-            rotate(i);
-          }
-        } else {
-          for (int i = 0; i < n_cos; ++i) {
-            row[i] = static_cast<T>(sin_z[i]);
-            row[n_cos + i] = static_cast<T>(cos_z[i]);
-            rotate(i);
-          }
-        }
-        if (n_cos < sn.n_freq) {
-          row[dim - 1] = static_cast<T>(sin_z[n_cos]);
-          rotate(n_cos);
-        }
+        write_sinusoid_row(sn, pe + r * dim, [=](const int i, T& sin_v, T& cos_v) {
+          sin_v = static_cast<T>(sin_z[i]);
+          cos_v = static_cast<T>(cos_z[i]);
+          rotate(i);
+        });
       }
 
       // The chunk of each batch element is one contiguous run of n_rows * dim values, written
       // two batch elements at a time.
       const std::int64_t n = std::int64_t(n_rows) * dim;
       const T scale = input_scale;
-      const auto value_for = [=](const int b) {
-        const T* const in = &x(b, chunk_begin, 0);  // read only when kAddInput
-        return [=](const std::int64_t k) { return kAddInput ? in[k] * scale + pe[k] : pe[k]; };
-      };
-      int b = b_begin;
-      for (; b + 1 < b_end; b += 2)
-        backends::store_run_pair(&y(b, chunk_begin, 0), &y(b + 1, chunk_begin, 0), n, streaming,
-                                 value_for(b), value_for(b + 1));
-      if (b < b_end) backends::store_run(&y(b, chunk_begin, 0), n, streaming, value_for(b));
+      backends::store_batch_runs(
+          b_begin, b_end, n, streaming, [=](const int b) { return &y(b, chunk_begin, 0); },
+          [=](const int b) {
+            const T* const in = &x(b, chunk_begin, 0);  // read only when kAddInput
+            return [=](const std::int64_t k) { return kAddInput ? in[k] * scale + pe[k] : pe[k]; };
+          });
     }
     if (streaming) backends::streaming_fence();
   }
@@ -213,7 +197,7 @@ struct PositionalEncodingFunctor {
     f.chunk_rows = static_cast<int>(
         std::clamp<std::size_t>(chunk_bytes / (sizeof(T) * sinusoid.dim), 1, f.anchor_spacing));
     const std::size_t bytes = scratch_bytes(sinusoid.dim, f.chunk_rows);
-    f.scratch_level = bytes <= static_cast<std::size_t>(policy_type::scratch_size_max(0)) ? 0 : 1;
+    f.scratch_level = backends::team_scratch_level<ExecutionSpace>(bytes);
     policy_type policy(exec, league, 1);
     Kokkos::parallel_for(label, policy.set_scratch_size(f.scratch_level, Kokkos::PerTeam(bytes)),
                          f);

@@ -48,31 +48,6 @@ KOKKOS_INLINE_FUNCTION void sin_cos_as(const bool fast, const double angle, T& s
   cos_v = static_cast<T>(compat::math::cos(angle));
 }
 
-// row = enc(v) in the layout of s, with sin_cos_of(i, sin, cos) giving frequency i's pair. The
-// layout is fixed inside each loop, so that the loops vectorise.
-template <class T, class SinCos>
-KOKKOS_INLINE_FUNCTION void write_sinusoid_row(const Sinusoid& s, T* const row,
-                                               const SinCos& sin_cos_of) {
-  T sin_v, cos_v;
-  if (s.interleaved) {
-    for (int i = 0; i < s.n_cos; ++i) {
-      sin_cos_of(i, sin_v, cos_v);
-      row[2 * i] = sin_v;
-      row[2 * i + 1] = cos_v;
-    }
-  } else {
-    for (int i = 0; i < s.n_cos; ++i) {
-      sin_cos_of(i, sin_v, cos_v);
-      row[i] = sin_v;
-      row[s.n_cos + i] = cos_v;
-    }
-  }
-  if (s.n_cos < s.n_freq) {  // an odd dim's last column: the sine of frequency n_cos
-    sin_cos_of(s.n_cos, sin_v, cos_v);
-    row[s.dim - 1] = sin_v;
-  }
-}
-
 // y = (x or 0) + enc(values): the sine and cosine of v w_i (math::sin_cos for float results, the
 // library's functions in double otherwise).
 //
@@ -118,7 +93,7 @@ void value_encoding_apply(const char* label, const ExecutionSpace& exec, const S
     const bool streaming = backends::use_streaming_stores(yp, kAddInput ? xp : nullptr,
                                                           std::size_t(tokens) * dim * sizeof(T));
     const std::size_t bytes = ScratchRow::shmem_size(dim);
-    const int level = bytes <= std::size_t(policy_type::scratch_size_max(0)) ? 0 : 1;
+    const int level = backends::team_scratch_level<ExecutionSpace>(bytes);
     Kokkos::parallel_for(
         label,
         policy_type(exec, (tokens + kTokensPerTeam - 1) / kTokensPerTeam, 1)
