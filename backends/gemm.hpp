@@ -3,7 +3,9 @@
 //
 // It runs on the given execution space through KokkosBlas::gemm, which hands host memory to the
 // BLAS TPL (OpenBLAS) and device memory to cuBLAS/rocBLAS where Kokkos Kernels has them; without
-// Kokkos Kernels (KFORMER_ENABLE_KOKKOS_KERNELS off) through kformer's own Kokkos kernel.
+// Kokkos Kernels (KFORMER_ENABLE_KOKKOS_KERNELS off) through kformer's own Kokkos kernel. On a host
+// space with several threads and a BLAS TPL, a large enough product is cut into one block of C per
+// thread instead, each a single-threaded BLAS call (impl::partitioned_host_gemm says why).
 #pragma once
 
 #include <cstdint>

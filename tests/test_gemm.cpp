@@ -4,6 +4,8 @@
 // so that it stays correct in the builds that do have them.
 #include <catch2/catch.hpp>
 
+#include <array>
+
 #include <Kokkos_Core.hpp>
 
 #include <kformer/backends/batched_gemm.hpp>
@@ -78,6 +80,38 @@ TEMPLATE_LIST_TEST_CASE("gemm_native matches a naive product", "[backends][gemm]
   // Several tiles in every direction, partial ones at the edges; a single element.
   check_products<double, TestType, ViaNative>(1e-14, 70, 65, 100);
   check_products<float, TestType, ViaNative>(1e-6, 1, 1, 1);
+}
+
+TEST_CASE("host GEMMs are cut into one block of rows or columns per thread", "[backends][gemm]") {
+  using backends::impl::partition_host_gemm;
+  const auto rows = partition_host_gemm(2, 2048, 64, 64);  // a (B*S, d) x (d, d) projection
+  CHECK((rows.by_rows && rows.length == 1024 && rows.blocks == 2));
+  const auto odd = partition_host_gemm(3, 1000, 64, 256);  // 334 rounded up to 16
+  CHECK((odd.by_rows && odd.length == 336 && odd.blocks == 3));
+  const auto cols = partition_host_gemm(2, 64, 256, 2048);  // a weight gradient
+  CHECK((!cols.by_rows && cols.length == 128 && cols.blocks == 2));
+  const auto many = partition_host_gemm(16, 192, 64, 2048);  // 12 blocks of 16 rows
+  CHECK((many.by_rows && many.length == 16 && many.blocks == 12));
+  // Not cut: one thread, under 2 MFLOP a thread, too narrow for a block each.
+  CHECK(partition_host_gemm(1, 2048, 2048, 2048).blocks == 0);
+  CHECK(partition_host_gemm(2, 128, 128, 8).blocks == 0);
+  CHECK(partition_host_gemm(2, 16, 16, 100000).blocks == 0);
+  CHECK(partition_host_gemm(16, 40, 20, 20000).blocks == 0);
+}
+
+TEMPLATE_LIST_TEST_CASE("gemm cut between threads matches a naive product", "[backends][gemm]",
+                        backends::EnabledSpaces) {
+  // Large enough to be cut on two threads, by rows and by columns, with a shorter last block.
+  for (const auto& shape : {std::array<int, 3>{300, 70, 200}, {40, 301, 400}}) {
+    const int m = shape[0], n = shape[1], k = shape[2];
+    CAPTURE(m, n, k);
+    if (backends::runs_on_host<TestType> && compat::concurrency(TestType()) >= 2)
+      REQUIRE(
+          backends::impl::partition_host_gemm(compat::concurrency(TestType()), m, n, k).blocks >=
+          2);
+    check_products<double, TestType>(1e-14, m, n, k);
+    check_products<float, TestType>(1e-6, m, n, k);
+  }
 }
 
 namespace {
