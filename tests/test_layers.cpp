@@ -1,6 +1,8 @@
 // Layer behaviour beyond gradients: backends agree, runs repeat bit for bit, fully masked queries,
 // bad input, and allocation-free steady state.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -180,6 +182,64 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(mha.probabilities().size() == 0);
   const auto yh = host_values(y);
   CHECK(std::all_of(yh.begin(), yh.end(), [](double v) { return v == 3.0; }));
+}
+
+namespace {
+
+// Dropout's documented decision for element i, written out again: lane i % 4 (16 bits each) of
+// splitmix64's finaliser applied to key + (i / 4) * golden, key = mix(seed ^ mix(step + c)),
+// kept when the lane is at least ceil(p 2^16).
+bool reference_keep(std::uint64_t seed, std::uint64_t step, double p, std::uint64_t i) {
+  const auto mix = [](std::uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  const std::uint64_t key = mix(seed ^ mix(step + 0x632BE59BD9B4E019ull));
+  const std::uint64_t h = mix(key + (i / 4) * 0x9E3779B97F4A7C15ull);
+  return ((h >> (16 * (i % 4))) & 0xFFFFu) >= static_cast<std::uint64_t>(std::ceil(p * 65536.0));
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("Dropout keeps exactly the elements its counter hash decides",
+                        "[layers][dropout]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  // Several of the CPU path's 2048-element chunks and a partial group of four at the end.
+  const std::int64_t n = 3 * 2048 + 907;
+  const double p = 0.3;
+  Dropout<float, Space> dropout(p, 99);
+  Tensor1<float, M> x("x", n), y("y", n);
+  Kokkos::deep_copy(x, 2.0f);
+  dropout.forward(Space(), RunContext{true, 5}, x, y);
+  const auto yh = host_values(y);
+  auto mask = Kokkos::create_mirror_view(dropout.mask(n));
+  Kokkos::deep_copy(mask, dropout.mask(n));
+  std::int64_t kept = 0, wrong = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool keep = reference_keep(99, 5, p, static_cast<std::uint64_t>(i));
+    kept += keep;
+    wrong += (mask(i) != keep) + (yh[i] != (keep ? 2.0f / 0.7f : 0.0f));
+  }
+  CHECK(wrong == 0);
+  CHECK(std::abs(double(kept) / n - (1 - p)) < 0.02);
+}
+
+TEST_CASE("The CPU loops' dropout decisions are keep4's", "[layers][dropout]") {
+  const DropoutDecisions decide(7, 3, 0.25);
+  const std::uint64_t first_group = 12345;
+  const std::int64_t n = 2 * 4 * DropoutDecisions::kHostGroups + 6;  // two blocks and a part
+  std::vector<int> seen(n, -1);
+  decide.for_each_keep(first_group, n,
+                       [&](const std::int64_t e, const bool keep) { seen[e] = keep; });
+  std::int64_t wrong = 0;
+  for (std::int64_t e = 0; e < n; ++e) {
+    bool keep[4];
+    decide.keep4(first_group + e / 4, keep);
+    wrong += seen[e] != int(keep[e % 4]);
+  }
+  CHECK(wrong == 0);
 }
 
 TEMPLATE_LIST_TEST_CASE("Layers reject bad input with both shapes named and change nothing",

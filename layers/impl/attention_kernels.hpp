@@ -49,7 +49,14 @@ void attention_softmax_forward(const ExecutionSpace& exec, T* probs, T* dropped,
         }
         T* const out = dropped + row * seq;
         const std::uint64_t first_group = static_cast<std::uint64_t>(row) * groups;
-        // Whole groups of four (straight-line code that vectorises), then the last partial group.
+        if constexpr (backends::runs_on_host<ExecutionSpace>) {
+          decide.for_each_keep(first_group, seq, [=](const std::int64_t j, const bool keep) {
+            a[j] *= inv;
+            out[j] = keep ? a[j] * keep_scale : T(0);
+          });
+          return;
+        }
+        // On a GPU: whole groups of four (straight-line code), then the last partial group.
         row_for(team, seq / 4, [=](const int g) {
           bool keep[4];
           decide.keep4(first_group + g, keep);
