@@ -63,6 +63,12 @@ void for_each_row(const ExecutionSpace& exec, const char* label, std::int64_t ro
 template <class Member>
 inline constexpr bool is_host_member = runs_on_host<typename Member::execution_space>;
 
+// The member of a row loop run by one CPU thread outside any team (a task that does the rest of
+// its work itself): the row helpers below need nothing of it but its execution space.
+struct HostRowMember {
+  using execution_space = Kokkos::DefaultHostExecutionSpace;
+};
+
 // f(j) for j in [0, n).
 template <class Member, class F>
 KOKKOS_INLINE_FUNCTION void row_for(const Member& team, const int n, const F& f) {

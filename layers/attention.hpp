@@ -37,6 +37,7 @@
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
+#include "impl/attention_host.hpp"
 #include "impl/attention_kernels.hpp"
 #include "linear.hpp"
 
@@ -46,6 +47,9 @@ struct MultiHeadAttentionOptions {
   int heads = 8;
   double dropout = 0.0;  // on the attention probabilities
   std::uint64_t seed = 0;
+  // On a CPU with a BLAS: each (batch, head)'s products and softmax in one task per block of
+  // query rows, in cache (impl/attention_host.hpp). Off: one kernel per stage, as on a GPU.
+  bool fused_cpu = true;
 };
 
 template <class T, class ExecutionSpace>
@@ -66,7 +70,8 @@ class MultiHeadAttention {
         d_(d_model),
         heads_(options.heads),
         dropout_(options.dropout),
-        seed_(derive_seed(options.seed, "attention_dropout")) {
+        seed_(derive_seed(options.seed, "attention_dropout")),
+        fused_cpu_(options.fused_cpu) {
     if (d_model < 1) fail(name_, "d_model must be at least 1, got ", d_model);
     if (heads_ < 1 || d_model % heads_ != 0)
       fail(name_, "heads (", heads_, ") must divide d_model (", d_model, ")");
@@ -132,15 +137,25 @@ class MultiHeadAttention {
     const auto context = context_.view(n, d);
     in_proj_.forward(exec, as_matrix(x), qkv);
 
-    // Scores: A[b, h] = Q K^T / sqrt(dh), written into probs.
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
+    const auto softmax = impl::softmax_forward_rows(
+        probs.data(), dropped.data(), h, seq, key_padding_mask, attn_mask, dropout_active_,
+        DropoutDecisions(seed_, ctx.step, dropout_), keep_scale());
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+    if constexpr (impl::has_host_attention<ExecutionSpace, T>)
+      if (fused_cpu_) {
+        const impl::AttentionBuffers<T> buffers{
+            batch, h, seq, d, qkv.data(), context.data(), probs.data(), dropped.data()};
+        impl::attention_forward_host(exec, buffers, softmax, scale);
+        out_proj_.forward(exec, context, as_matrix(y));
+        return;
+      }
+#endif
+    // Scores: A[b, h] = Q K^T / sqrt(dh), written into probs.
     backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::T, scale,
                                               head_view(qkv.data(), 0), head_view(qkv.data(), d),
                                               T(0), score_view(probs.data()), batch, h);
-    impl::attention_softmax_forward(exec, probs.data(), dropped.data(), batch, h, seq,
-                                    key_padding_mask, attn_mask, dropout_active_,
-                                    DropoutDecisions(seed_, ctx.step, dropout_),
-                                    static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0));
+    impl::attention_softmax_forward(exec, softmax, batch);
     // O_h = P~ V_h, written into the head's columns of context.
     backends::gemm_batched<ExecutionSpace, T>(
         exec, backends::Op::N, backends::Op::N, T(1), score_view(dropped.data()),
@@ -167,6 +182,29 @@ class MultiHeadAttention {
     const auto d_qkv = d_qkv_.view(n, 3 * d);
 
     out_proj_.backward(exec, context, as_matrix(dy), d_context);
+    const impl::SoftmaxBackwardRows<T> softmax{
+        probs.data(),
+        dropped.data(),
+        d_probs.data(),
+        seq,
+        dropout_active_,
+        keep_scale(),
+        static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_)))};
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+    if constexpr (impl::has_host_attention<ExecutionSpace, T>)
+      if (fused_cpu_) {
+        const impl::AttentionBuffers<T> buffers{batch,         h,
+                                                seq,           d,
+                                                qkv.data(),    context.data(),
+                                                probs.data(),  dropped.data(),
+                                                d_qkv.data(),  d_context.data(),
+                                                d_probs.data()};
+        impl::attention_backward_host(exec, buffers, softmax);
+        in_proj_.backward(exec, as_matrix(x), d_qkv,
+                          dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), accumulate_dx);
+        return;
+      }
+#endif
     // dP~ = dO V^T and dV = P~^T dO.
     backends::gemm_batched<ExecutionSpace, T>(
         exec, backends::Op::N, backends::Op::T, T(1), context_head_view(d_context.data()),
@@ -174,10 +212,7 @@ class MultiHeadAttention {
     backends::gemm_batched<ExecutionSpace, T>(
         exec, backends::Op::T, backends::Op::N, T(1), score_view(dropped.data()),
         context_head_view(d_context.data()), T(0), head_view(d_qkv.data(), 2 * d), batch, h);
-    impl::attention_softmax_backward(
-        exec, probs.data(), dropped.data(), d_probs.data(), std::int64_t(batch) * h * seq, seq,
-        dropout_active_, static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0),
-        static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_))));
+    impl::attention_softmax_backward(exec, softmax, std::int64_t(batch) * h * seq);
     // dQ = dA K and dK = dA^T Q (dA already carries the 1/sqrt(dh) scale).
     backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::N, T(1),
                                               score_view(d_probs.data()), head_view(qkv.data(), d),
@@ -195,6 +230,9 @@ class MultiHeadAttention {
   }
 
  private:
+  T keep_scale() const {
+    return static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0);
+  }
   // Head h's (S, dh) block of q (offset 0), k (d) or v (2d) for every batch element, in place in
   // the packed (B*S, 3d) buffer.
   backends::StridedMatrices<T> head_view(T* qkv, int offset) const {
@@ -216,6 +254,7 @@ class MultiHeadAttention {
   int d_ = 0, heads_ = 1;
   double dropout_ = 0.0;
   std::uint64_t seed_ = 0;
+  bool fused_cpu_ = true;
   bool dropout_active_ = false;
   int batch_ = 0, seq_ = 0;
   Linear<T, ExecutionSpace> in_proj_, out_proj_;

@@ -1,0 +1,126 @@
+// Multi-head attention on a CPU with a BLAS: each task runs all of one (batch, head)'s work on a
+// block of query rows while its scores are in cache, instead of one kernel per stage over all
+// (B, H, S, S) scores. A task's block is at most kBlockScores scores (256 KiB of floats).
+//
+// The products are head_products.hpp's loops for head widths 8, 16 and 32 (the staged path's
+// batched BLAS calls took a lock per call: 2 threads were barely faster than 1), single-threaded
+// BLAS calls otherwise; the softmax rows are the staged kernels' functions. Where the products are
+// BLAS calls and a sequence is one block, the results are the staged path's bits. With several
+// blocks the backward sums dK and dV block by block.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include <Kokkos_Core.hpp>
+
+#include "../../backends/for_each.hpp"
+#include "../../backends/impl/host_blas.hpp"
+#include "attention_kernels.hpp"
+#include "head_products.hpp"
+
+namespace kformer::impl {
+
+// The packed buffers of one attention pass: qkv and d_qkv (B S, 3d), context and d_context
+// (B S, d), the (B, H, S, S) probabilities, their dropout copy (= probs without dropout) and their
+// gradient.
+template <class T>
+struct AttentionBuffers {
+  int batch, heads, seq, d;
+  T* qkv;
+  T* context;
+  T* probs;
+  T* dropped;
+  T* d_qkv = nullptr;
+  T* d_context = nullptr;
+  T* d_probs = nullptr;
+
+  int head_dim() const { return d / heads; }
+  // Query rows per task: whole (S, S) blocks up to kBlockScores scores.
+  static constexpr std::int64_t kBlockScores = 1 << 16;
+  int block_rows() const {
+    return static_cast<int>(std::clamp<std::int64_t>(kBlockScores / seq, 1, seq));
+  }
+};
+
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+
+// Whether attention on ExecutionSpace with scalar T can take this path.
+template <class ExecutionSpace, class T>
+inline constexpr bool has_host_attention = backends::runs_on_host<ExecutionSpace> &&
+                                           (std::is_same_v<T, float> || std::is_same_v<T, double>);
+
+// Forward, one task per (b, h, block of query rows r0 .. r0 + R):
+//   A = Q[r] K^T / sqrt(dh) into probs,  softmax (and dropout) row by row,  O[r] = P~[r] V.
+template <class ExecutionSpace, class T, class KeyMask, class AttnMask>
+void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T>& buf,
+                            const SoftmaxForwardRows<T, KeyMask, AttnMask>& softmax, T scale) {
+  const int heads = buf.heads, seq = buf.seq, d = buf.d, dh = buf.head_dim();
+  const int rows_per_block = buf.block_rows();
+  const int blocks = (seq + rows_per_block - 1) / rows_per_block;
+  const backends::impl::HostBlasThreads blas_threads(exec);
+  // Host code calling BLAS inside a host parallel loop: only instantiated for host spaces.
+  Kokkos::parallel_for("kformer::attention::forward_host",
+                       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, buf.batch * heads * blocks),
+                       [=](const int task) {
+                         const int bh = task / blocks, b = bh / heads, h = bh % heads;
+                         const int r0 = (task % blocks) * rows_per_block;
+                         const int rows = std::min(rows_per_block, seq - r0);
+                         const T* const q = buf.qkv + std::int64_t(b) * seq * 3 * d + h * dh;
+                         const T* const k = q + d;
+                         const T* const v = q + 2 * d;
+                         const std::int64_t first_row = std::int64_t(bh) * seq + r0;
+                         T* const a = buf.probs + first_row * seq;
+                         const T* const p_dropped = buf.dropped + first_row * seq;
+                         head::product_nt(dh, rows, seq, scale, q + std::int64_t(r0) * 3 * d, 3 * d,
+                                          k, 3 * d, a, seq);
+                         for (int i = 0; i < rows; ++i)
+                           softmax(backends::HostRowMember{}, first_row + i);
+                         head::product_nn(dh, rows, seq, p_dropped, seq, v, 3 * d,
+                                          buf.context + (std::int64_t(b) * seq + r0) * d + h * dh,
+                                          d);
+                       });
+}
+
+// Backward, one task per (b, h), its query rows block by block (dK and dV sum over the blocks):
+//   dP~ = dO[r] V^T,  dV (+)= P~[r]^T dO[r],  dA = softmax backward row by row,
+//   dQ[r] = dA K,  dK (+)= dA^T Q[r].
+template <class ExecutionSpace, class T>
+void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<T>& buf,
+                             const SoftmaxBackwardRows<T>& softmax) {
+  const int heads = buf.heads, seq = buf.seq, d = buf.d, dh = buf.head_dim();
+  const int rows_per_block = buf.block_rows();
+  const backends::impl::HostBlasThreads blas_threads(exec);
+  Kokkos::parallel_for(
+      "kformer::attention::backward_host",
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, buf.batch * heads), [=](const int bh) {
+        const int b = bh / heads, h = bh % heads;
+        const std::int64_t qkv_offset = std::int64_t(b) * seq * 3 * d + h * dh;
+        const T* const q = buf.qkv + qkv_offset;
+        const T* const k = q + d;
+        const T* const v = q + 2 * d;
+        T* const dq = buf.d_qkv + qkv_offset;
+        T* const dk = dq + d;
+        T* const dv = dq + 2 * d;
+        for (int r0 = 0; r0 < seq; r0 += rows_per_block) {
+          const int rows = std::min(rows_per_block, seq - r0);
+          const T beta = r0 == 0 ? T(0) : T(1);
+          const std::int64_t first_row = std::int64_t(bh) * seq + r0;
+          const T* const p_dropped = buf.dropped + first_row * seq;
+          T* const g = buf.d_probs + first_row * seq;
+          const T* const d_out = buf.d_context + (std::int64_t(b) * seq + r0) * d + h * dh;
+          head::product_nt(dh, rows, seq, T(1), d_out, d, v, 3 * d, g, seq);
+          head::product_tn(dh, rows, seq, p_dropped, seq, d_out, d, beta, dv, 3 * d);
+          for (int i = 0; i < rows; ++i)
+            softmax(backends::HostRowMember{}, first_row + i);
+          head::product_nn(dh, rows, seq, g, seq, k, 3 * d, dq + std::int64_t(r0) * 3 * d, 3 * d);
+          head::product_tn(dh, rows, seq, g, seq, q + std::int64_t(r0) * 3 * d, 3 * d, beta, dk,
+                           3 * d);
+        }
+      });
+}
+
+#endif
+
+}  // namespace kformer::impl
