@@ -13,6 +13,36 @@
 
 namespace kformer::impl {
 
+// The maximum (at least the lowest finite T) and the sum of a row on a CPU, as the row helpers
+// compute them: 8 interleaved partials combined in a fixed order.
+template <class T>
+KOKKOS_INLINE_FUNCTION T host_max(const T* a, const int n) {
+  const T lowest = Kokkos::reduction_identity<T>::max();
+  T partial[8] = {lowest, lowest, lowest, lowest, lowest, lowest, lowest, lowest};
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k)
+      partial[k] = a[j + k] > partial[k] ? a[j + k] : partial[k];
+  for (int k = 0; j + k < n; ++k)
+    partial[k] = a[j + k] > partial[k] ? a[j + k] : partial[k];
+  T m = lowest;
+  for (int k = 0; k < 8; ++k)
+    m = partial[k] > m ? partial[k] : m;
+  return m;
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION T host_sum(const T* a, const int n) {
+  T partial[8] = {};
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k)
+      partial[k] += a[j + k];
+  for (int k = 0; j + k < n; ++k)
+    partial[k] += a[j + k];
+  return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+         ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+}
+
 // Row `row` = (b, h, i) of the (B, H, S, S) scores: P = softmax_j(A[j] + attn_mask[i, j]), where
 // keys masked by key_padding_mask[b, j] and scores of -inf (an additive mask's way to block a key)
 // get exactly 0; a row with no other key is all 0. With dropout, dropped = P * m / (1 - p), m from
@@ -46,11 +76,21 @@ struct SoftmaxForwardRows {
       const KeyMask mask = key_padding_mask;
       row_for(team, n, [=](const int j) { a[j] = mask(b, j) ? minus_inf : a[j]; });
     }
-    const T max_score = backends::row_max<T>(team, n, [=](const int j) { return a[j]; });
-    // Each lane only reads back what it wrote: no synchronisation between the loops.
-    row_for(team, n,
-            [=](const int j) { a[j] = a[j] == minus_inf ? T(0) : math::exp(a[j] - max_score); });
-    const T sum = backends::row_sum<T>(team, n, [=](const int j) { return a[j]; });
+    T max_score, sum;
+    if constexpr (backends::is_host_member<Member>) {
+      // Plain loops over the row: GCC vectorised the exponentials here but not through the row
+      // helpers' lambdas (1.1 against 0.6 ns a score on one core).
+      max_score = host_max(a, n);
+      for (int j = 0; j < n; ++j)
+        a[j] = a[j] == minus_inf ? T(0) : math::exp(a[j] - max_score);
+      sum = host_sum(a, n);
+    } else {
+      max_score = backends::row_max<T>(team, n, [=](const int j) { return a[j]; });
+      // Each lane only reads back what it wrote: no synchronisation between the loops.
+      row_for(team, n,
+              [=](const int j) { a[j] = a[j] == minus_inf ? T(0) : math::exp(a[j] - max_score); });
+      sum = backends::row_sum<T>(team, n, [=](const int j) { return a[j]; });
+    }
     const T inv = sum > T(0) ? T(1) / sum : T(0);
     if (!drop) {
       row_for(team, n, [=](const int j) { a[j] *= inv; });

@@ -22,6 +22,13 @@ namespace kformer::impl::head {
 
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
 
+// The loops need GCC's vector extension (GCC, Clang and the compilers built on them); elsewhere
+// every width goes to the BLAS.
+#if defined(__GNUC__)
+#define KFORMER_HEAD_PRODUCT_LOOPS 1
+#endif
+
+#if defined(KFORMER_HEAD_PRODUCT_LOOPS)
 // A vector of 64 bytes of T (GCC and Clang's vector extension): the loops below are written in
 // it, as GCC does not reliably keep fixed-size accumulator arrays in registers.
 template <class T, int Bytes>
@@ -184,29 +191,39 @@ bool with_head_width(int dh, const F& f) {
       return false;
   }
 }
+#endif
 
 // The three products of one head, by head width.
 template <class T>
 void product_nt(int dh, int m, int n, T alpha, const T* a, int lda, const T* b, int ldb, T* c,
                 int ldc) {
-  if (!with_head_width(
+#if defined(KFORMER_HEAD_PRODUCT_LOOPS)
+  if (with_head_width(
           dh, [&](auto width) { nt<decltype(width)::value>(m, n, alpha, a, lda, b, ldb, c, ldc); }))
-    backends::impl::blas_gemm_row_major(false, true, m, n, dh, alpha, a, lda, b, ldb, T(0), c, ldc);
+    return;
+#endif
+  backends::impl::blas_gemm_row_major(false, true, m, n, dh, alpha, a, lda, b, ldb, T(0), c, ldc);
 }
 
 template <class T>
 void product_nn(int dh, int m, int k, const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
-  if (!with_head_width(
+#if defined(KFORMER_HEAD_PRODUCT_LOOPS)
+  if (with_head_width(
           dh, [&](auto width) { nn<decltype(width)::value>(m, k, a, lda, b, ldb, c, ldc); }))
-    backends::impl::blas_gemm_row_major(false, false, m, dh, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+    return;
+#endif
+  backends::impl::blas_gemm_row_major(false, false, m, dh, k, T(1), a, lda, b, ldb, T(0), c, ldc);
 }
 
 template <class T>
 void product_tn(int dh, int m, int n, const T* a, int lda, const T* b, int ldb, T beta, T* c,
                 int ldc) {
-  if (!with_head_width(
+#if defined(KFORMER_HEAD_PRODUCT_LOOPS)
+  if (with_head_width(
           dh, [&](auto width) { tn<decltype(width)::value>(m, n, a, lda, b, ldb, beta, c, ldc); }))
-    backends::impl::blas_gemm_row_major(true, false, n, dh, m, T(1), a, lda, b, ldb, beta, c, ldc);
+    return;
+#endif
+  backends::impl::blas_gemm_row_major(true, false, n, dh, m, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 #endif
