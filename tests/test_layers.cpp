@@ -285,13 +285,24 @@ TEMPLATE_LIST_TEST_CASE("Dropout keeps exactly the elements its counter hash dec
   CHECK(std::abs(double(kept) / n - (1 - p)) < 0.02);
 }
 
+namespace {
+
+// for_each_keep's callback as a functor: nvcc does not let its host-device loop call a lambda.
+struct RecordKeeps {
+  int* seen;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t e, const bool keep) const {
+    seen[e] = keep;
+  }
+};
+
+}  // namespace
+
 TEST_CASE("The CPU loops' dropout decisions are keep4's", "[layers][dropout]") {
   const DropoutDecisions decide(7, 3, 0.25);
   const std::uint64_t first_group = 12345;
   const std::int64_t n = 2 * 4 * DropoutDecisions::kHostGroups + 6;  // two blocks and a part
   std::vector<int> seen(n, -1);
-  decide.for_each_keep(first_group, n,
-                       [&](const std::int64_t e, const bool keep) { seen[e] = keep; });
+  decide.for_each_keep(first_group, n, RecordKeeps{seen.data()});
   std::int64_t wrong = 0;
   for (std::int64_t e = 0; e < n; ++e) {
     bool keep[4];
