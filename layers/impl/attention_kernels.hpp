@@ -42,6 +42,19 @@ KOKKOS_INLINE_FUNCTION T host_sum(const T* a, const int n) {
   return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
          ((partial[4] + partial[5]) + (partial[6] + partial[7]));
 }
+// The sum of a[j] b[j], in the same order.
+template <class T>
+KOKKOS_INLINE_FUNCTION T host_dot(const T* a, const T* b, const int n) {
+  T partial[8] = {};
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k)
+      partial[k] += a[j + k] * b[j + k];
+  for (int k = 0; j + k < n; ++k)
+    partial[k] += a[j + k] * b[j + k];
+  return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+         ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+}
 
 // Row `row` = (b, h, i) of the (B, H, S, S) scores: P = softmax_j(A[j] + attn_mask[i, j]), where
 // keys masked by key_padding_mask[b, j] and scores of -inf (an additive mask's way to block a key)
@@ -153,11 +166,21 @@ struct SoftmaxBackwardRows {
     const T* const kept = dropped + row * seq;
     T* const g = d_probs + row * seq;
     const T keep = keep_scale, s = scale;
-    if (drop)
-      backends::row_for(team, seq,
-                        [=](const int j) { g[j] = kept[j] != T(0) ? g[j] * keep : T(0); });
-    const T dot = backends::row_sum<T>(team, seq, [=](const int j) { return g[j] * pr[j]; });
-    backends::row_for(team, seq, [=](const int j) { g[j] = s * pr[j] * (g[j] - dot); });
+    if constexpr (backends::is_host_member<Member>) {  // plain loops: see the forward
+      const int n = seq;
+      if (drop)
+        for (int j = 0; j < n; ++j)
+          g[j] = kept[j] != T(0) ? g[j] * keep : T(0);
+      const T dot = host_dot(g, pr, n);
+      for (int j = 0; j < n; ++j)
+        g[j] = s * pr[j] * (g[j] - dot);
+    } else {
+      if (drop)
+        backends::row_for(team, seq,
+                          [=](const int j) { g[j] = kept[j] != T(0) ? g[j] * keep : T(0); });
+      const T dot = backends::row_sum<T>(team, seq, [=](const int j) { return g[j] * pr[j]; });
+      backends::row_for(team, seq, [=](const int j) { g[j] = s * pr[j] * (g[j] - dot); });
+    }
   }
 };
 
