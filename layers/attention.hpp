@@ -178,14 +178,13 @@ class MultiHeadAttention {
     const auto dropped = dropout_active_ ? dropped_.view(batch, h, seq, seq) : probs;
     const auto context = context_.view(n, d);
     const auto d_context = d_context_.view(n, d);
-    const auto d_probs = d_probs_.view(batch, h, seq, seq);
     const auto d_qkv = d_qkv_.view(n, 3 * d);
 
     out_proj_.backward(exec, context, as_matrix(dy), d_context);
-    const impl::SoftmaxBackwardRows<T> softmax{
+    impl::SoftmaxBackwardRows<T> softmax{
         probs.data(),
         dropped.data(),
-        d_probs.data(),
+        nullptr,
         seq,
         dropout_active_,
         keep_scale(),
@@ -193,18 +192,19 @@ class MultiHeadAttention {
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
     if constexpr (impl::has_host_attention<ExecutionSpace, T>)
       if (fused_cpu_) {
-        const impl::AttentionBuffers<T> buffers{batch,         h,
-                                                seq,           d,
-                                                qkv.data(),    context.data(),
-                                                probs.data(),  dropped.data(),
-                                                d_qkv.data(),  d_context.data(),
-                                                d_probs.data()};
+        const impl::AttentionBuffers<T> buffers{batch,        h,
+                                                seq,          d,
+                                                qkv.data(),   context.data(),
+                                                probs.data(), dropped.data(),
+                                                d_qkv.data(), d_context.data()};
         impl::attention_backward_host(exec, buffers, softmax);
         in_proj_.backward(exec, as_matrix(x), d_qkv,
                           dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), accumulate_dx);
         return;
       }
 #endif
+    const auto d_probs = d_probs_.view(batch, h, seq, seq);
+    softmax.d_probs = d_probs.data();
     // dP~ = dO V^T and dV = P~^T dO.
     backends::gemm_batched<ExecutionSpace, T>(
         exec, backends::Op::N, backends::Op::T, T(1), context_head_view(d_context.data()),
@@ -227,6 +227,14 @@ class MultiHeadAttention {
   // The attention probabilities P of the last forward, (B, H, S, S), for inspection.
   kformer::Tensor4<T, memory_space> probabilities() {
     return probs_.view(batch_, heads_, seq_, seq_);
+  }
+
+  // Whether forward and backward take the fused CPU path (impl/attention_host.hpp).
+  bool fused_on_cpu() const {
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+    if constexpr (impl::has_host_attention<ExecutionSpace, T>) return fused_cpu_;
+#endif
+    return false;
   }
 
  private:
@@ -279,9 +287,9 @@ class MultiHeadAttention {
     Bytes need = forward_bytes(batch, seq, training);
     if (training) {
       // The backward's own buffers (d_probs, d_context, d_qkv) have the shapes of the eval
-      // forward's (probs, context, qkv).
+      // forward's (probs, context, qkv); the fused CPU path has no d_probs.
       const Bytes backward = forward_bytes(batch, seq, false);
-      need.squares += backward.squares;
+      if (!fused_on_cpu()) need.squares += backward.squares;
       need.rows += backward.rows;
     }
     const std::int64_t held =

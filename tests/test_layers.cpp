@@ -227,18 +227,26 @@ TEMPLATE_LIST_TEST_CASE(
   using M = MemorySpaceOf<Space>;
   // seq = 2^21: the input is 32 MiB, one (1, 1, seq, seq) float score matrix 16 TiB.
   const int seq = 1 << 21, d = 4;
-  MultiHeadAttention<float, Space> mha(Space(), d, {1, 0.1, 3});
   Tensor3<float, M> x("x", 1, seq, d), y("y", 1, seq, d);
   Kokkos::deep_copy(y, 3.0f);
-  for (const bool training : {false, true}) {
-    CAPTURE(training);
-    CHECK_THROWS_WITH(mha.forward(Space(), RunContext{training, 0}, x, y),
-                      Catch::Contains("kformer::MultiHeadAttention::forward") &&
-                          Catch::Contains("batch 1, seq 2097152 and 1 heads need") &&
-                          Catch::Contains(training ? "48.0 TiB" : "16.0 TiB") &&
-                          Catch::Contains("is available"));
+  for (const bool fused_cpu : {false, true}) {
+    MultiHeadAttentionOptions options{1, 0.1, 3};
+    options.fused_cpu = fused_cpu;
+    MultiHeadAttention<float, Space> mha(Space(), d, options);
+    // Training holds P and its dropout copy, and the staged backward all of dP as well.
+    const char* training_need = mha.fused_on_cpu() ? "32.0 TiB" : "48.0 TiB";
+    CHECK(mha.fused_on_cpu() ==
+          (fused_cpu && backends::runs_on_host<Space> && backends::has_host_blas));
+    for (const bool training : {false, true}) {
+      CAPTURE(fused_cpu, training);
+      CHECK_THROWS_WITH(mha.forward(Space(), RunContext{training, 0}, x, y),
+                        Catch::Contains("kformer::MultiHeadAttention::forward") &&
+                            Catch::Contains("batch 1, seq 2097152 and 1 heads need") &&
+                            Catch::Contains(training ? training_need : "16.0 TiB") &&
+                            Catch::Contains("is available"));
+    }
+    CHECK(mha.probabilities().size() == 0);
   }
-  CHECK(mha.probabilities().size() == 0);
   const auto yh = host_values(y);
   CHECK(std::all_of(yh.begin(), yh.end(), [](double v) { return v == 3.0; }));
 }

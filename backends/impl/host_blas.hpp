@@ -16,6 +16,17 @@
 
 #include "../../core/compat.hpp"
 
+namespace kformer::backends {
+
+// Whether host GEMMs call a BLAS library (Kokkos Kernels' BLAS TPL).
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+inline constexpr bool has_host_blas = true;
+#else
+inline constexpr bool has_host_blas = false;
+#endif
+
+}  // namespace kformer::backends
+
 namespace kformer::backends::impl {
 
 // OpenBLAS (the OpenMP build) sizes its thread team by omp_get_max_threads() at each call. Pinning

@@ -23,8 +23,8 @@
 namespace kformer::impl {
 
 // The packed buffers of one attention pass: qkv and d_qkv (B S, 3d), context and d_context
-// (B S, d), the (B, H, S, S) probabilities, their dropout copy (= probs without dropout) and their
-// gradient.
+// (B S, d), the (B, H, S, S) probabilities and their dropout copy (= probs without dropout). The
+// probabilities' gradient is only ever a block of rows, in each task's scratch.
 template <class T>
 struct AttentionBuffers {
   int batch, heads, seq, d;
@@ -34,7 +34,6 @@ struct AttentionBuffers {
   T* dropped;
   T* d_qkv = nullptr;
   T* d_context = nullptr;
-  T* d_probs = nullptr;
 
   int head_dim() const { return d / heads; }
   // Query rows per task: whole (S, S) blocks up to kBlockScores scores.
@@ -83,19 +82,28 @@ void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T
                        });
 }
 
-// Backward, one task per (b, h), its query rows block by block (dK and dV sum over the blocks):
+// Backward, one task per (b, h), its query rows block by block (dK and dV sum over the blocks),
+// the block's dP~ and dA in the task's scratch:
 //   dP~ = dO[r] V^T,  dV (+)= P~[r]^T dO[r],  dA = softmax backward row by row,
 //   dQ[r] = dA K,  dK (+)= dA^T Q[r].
+// `softmax` gives the row constants (dropout, scales); its pointers are set per block.
 template <class ExecutionSpace, class T>
 void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<T>& buf,
                              const SoftmaxBackwardRows<T>& softmax) {
+  using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
+  using scratch_view = Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space,
+                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   const int heads = buf.heads, seq = buf.seq, d = buf.d, dh = buf.head_dim();
   const int rows_per_block = buf.block_rows();
+  const std::size_t scratch_bytes = scratch_view::shmem_size(std::size_t(rows_per_block) * seq);
+  const int level = backends::team_scratch_level<ExecutionSpace>(scratch_bytes);
   const backends::impl::HostBlasThreads blas_threads(exec);
   Kokkos::parallel_for(
       "kformer::attention::backward_host",
-      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, buf.batch * heads), [=](const int bh) {
-        const int b = bh / heads, h = bh % heads;
+      policy_type(exec, buf.batch * heads, 1)
+          .set_scratch_size(level, Kokkos::PerTeam(scratch_bytes)),
+      [=](const typename policy_type::member_type& team) {
+        const int bh = team.league_rank(), b = bh / heads, h = bh % heads;
         const std::int64_t qkv_offset = std::int64_t(b) * seq * 3 * d + h * dh;
         const T* const q = buf.qkv + qkv_offset;
         const T* const k = q + d;
@@ -103,17 +111,22 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
         T* const dq = buf.d_qkv + qkv_offset;
         T* const dk = dq + d;
         T* const dv = dq + 2 * d;
+        T* const g =
+            scratch_view(team.team_scratch(level), std::size_t(rows_per_block) * seq).data();
         for (int r0 = 0; r0 < seq; r0 += rows_per_block) {
           const int rows = std::min(rows_per_block, seq - r0);
           const T beta = r0 == 0 ? T(0) : T(1);
           const std::int64_t first_row = std::int64_t(bh) * seq + r0;
           const T* const p_dropped = buf.dropped + first_row * seq;
-          T* const g = buf.d_probs + first_row * seq;
           const T* const d_out = buf.d_context + (std::int64_t(b) * seq + r0) * d + h * dh;
           head::product_nt(dh, rows, seq, T(1), d_out, d, v, 3 * d, g, seq);
           head::product_tn(dh, rows, seq, p_dropped, seq, d_out, d, beta, dv, 3 * d);
+          SoftmaxBackwardRows<T> block = softmax;
+          block.probs = buf.probs + first_row * seq;
+          block.dropped = p_dropped;
+          block.d_probs = g;
           for (int i = 0; i < rows; ++i)
-            softmax(backends::HostRowMember{}, first_row + i);
+            block(backends::HostRowMember{}, i);
           head::product_nn(dh, rows, seq, g, seq, k, 3 * d, dq + std::int64_t(r0) * 3 * d, 3 * d);
           head::product_tn(dh, rows, seq, g, seq, q + std::int64_t(r0) * 3 * d, 3 * d, beta, dk,
                            3 * d);
