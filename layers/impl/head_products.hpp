@@ -95,14 +95,8 @@ struct HeadRow {
   static constexpr int kWidth = DH * sizeof(T) >= 64 ? 64 : DH * int(sizeof(T));
   using V = typename VectorOf<T, kWidth>::type;
   static constexpr int kVectors = DH * int(sizeof(T)) / kWidth;
-  V v[kVectors];
+  V v[kVectors] = {};  // zero
 
-  static HeadRow zero() {
-    HeadRow r;
-    for (int i = 0; i < kVectors; ++i)
-      r.v[i] = V{};
-    return r;
-  }
   static HeadRow load(const T* p) {
     HeadRow r;
     std::memcpy(r.v, p, sizeof(r.v));
@@ -124,8 +118,6 @@ template <int DH, int R, class T>
 void nn_rows(int r0, int k, const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
   using Row = HeadRow<DH, T>;
   Row acc[R];
-  for (int q = 0; q < R; ++q)
-    acc[q] = Row::zero();
   for (int j = 0; j < k; ++j) {
     const Row bj = Row::load(b + std::int64_t(j) * ldb);
     for (int q = 0; q < R; ++q)
@@ -149,8 +141,6 @@ template <int DH, int R, class T>
 void tn_rows(int m, int j0, const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
   using Row = HeadRow<DH, T>;
   Row acc[R];
-  for (int q = 0; q < R; ++q)
-    acc[q] = Row::zero();
   for (int r = 0; r < m; ++r) {
     const Row br = Row::load(b + std::int64_t(r) * ldb);
     const T* const ar = a + std::int64_t(r) * lda + j0;
