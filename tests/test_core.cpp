@@ -110,6 +110,36 @@ TEST_CASE("write_heatmap_png writes a PNG of the matrix size", "[core][io]") {
                     Catch::Contains("expected 6 values"));
 }
 
+TEST_CASE("math::exp and math::erf for float are within their documented relative errors",
+          "[core][math]") {
+  std::mt19937_64 gen(3);
+  std::uniform_real_distribution<float> exp_args(-87.0f, 88.0f), erf_args(-6.0f, 6.0f);
+  std::vector<float> xs = {0.0f, -0.0f, -87.0f, 88.0f, 1e-30f, -1e-30f, 0.6f, -0.6f};
+  for (int i = 0; i < 200000; ++i)
+    xs.push_back(exp_args(gen));
+  double worst_exp = 0, worst_exp_at = 0;
+  for (const float x : xs) {
+    const double ref = std::exp(double(x));
+    const double error = std::abs(double(math::exp(x)) - ref) / ref;
+    if (error > worst_exp) worst_exp = error, worst_exp_at = x;
+  }
+  for (int i = 0; i < 200000; ++i)
+    xs.push_back(erf_args(gen));
+  double worst_erf = 0, worst_erf_at = 0;
+  for (const float x : xs) {
+    const double ref = std::erf(double(x));
+    if (ref == 0) {
+      CHECK(math::erf(x) == 0.0f);
+      continue;
+    }
+    const double error = std::abs(double(math::erf(x)) - ref) / std::abs(ref);
+    if (error > worst_erf) worst_erf = error, worst_erf_at = x;
+  }
+  CAPTURE(worst_exp_at, worst_erf_at);
+  CHECK(worst_exp <= 2e-7);
+  CHECK(worst_erf <= 4e-7);
+}
+
 TEST_CASE("math::sin_cos is within 1e-7 of sin and cos up to its limit", "[core][math]") {
   std::vector<double> angles = {0.0, -0.0, math::kSinCosLimit, -math::kSinCosLimit};
   for (int q = -64; q <= 64; ++q) {  // around the quadrant boundaries k pi/4
