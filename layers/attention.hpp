@@ -17,7 +17,9 @@
 //
 // The per-(batch, head) products are batched GEMMs reading Q, K, V in place in the packed qkv
 // buffer. Memory held for backward: qkv (3 B S d), the head outputs (B S d), and the probabilities
-// P (and P~ with dropout): B H S^2 each, the term that grows with the square of the sequence.
+// P: B H S^2, the term that grows with the square of the sequence. With dropout the staged path
+// (GPUs) also holds P~; the fused CPU path recomputes it in the backward from P and the dropout
+// decisions, which are a counter hash of (seed, step, element).
 #pragma once
 
 #include <cmath>
@@ -133,19 +135,24 @@ class MultiHeadAttention {
 
     const auto qkv = qkv_.view(n, 3 * d);
     const auto probs = probs_.view(batch, h, seq, seq);
-    const auto dropped = dropout_active_ ? dropped_.view(batch, h, seq, seq) : probs;
+    // P with dropout: a (B, H, S, S) buffer on the staged path; the fused path keeps it in its
+    // tasks' scratch.
+    T* const dropped = !dropout_active_ ? probs.data()
+                       : fused_on_cpu() ? nullptr
+                                        : dropped_.view(batch, h, seq, seq).data();
     const auto context = context_.view(n, d);
     in_proj_.forward(exec, as_matrix(x), qkv);
 
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
     const auto softmax = impl::softmax_forward_rows(
-        probs.data(), dropped.data(), h, seq, key_padding_mask, attn_mask, dropout_active_,
+        probs.data(), dropped, h, seq, key_padding_mask, attn_mask, dropout_active_,
         DropoutDecisions(seed_, ctx.step, dropout_), keep_scale());
+    step_ = ctx.step;
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
     if constexpr (impl::has_host_attention<ExecutionSpace, T>)
       if (fused_cpu_) {
-        const impl::AttentionBuffers<T> buffers{
-            batch, h, seq, d, qkv.data(), context.data(), probs.data(), dropped.data()};
+        const impl::AttentionBuffers<T> buffers{batch,          h,           seq, d, qkv.data(),
+                                                context.data(), probs.data()};
         impl::attention_forward_host(exec, buffers, softmax, scale);
         out_proj_.forward(exec, context, as_matrix(y));
         return;
@@ -157,9 +164,9 @@ class MultiHeadAttention {
                                               T(0), score_view(probs.data()), batch, h);
     impl::attention_softmax_forward(exec, softmax, batch);
     // O_h = P~ V_h, written into the head's columns of context.
-    backends::gemm_batched<ExecutionSpace, T>(
-        exec, backends::Op::N, backends::Op::N, T(1), score_view(dropped.data()),
-        head_view(qkv.data(), 2 * d), T(0), context_head_view(context.data()), batch, h);
+    backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::N, T(1),
+                                              score_view(dropped), head_view(qkv.data(), 2 * d),
+                                              T(0), context_head_view(context.data()), batch, h);
     out_proj_.forward(exec, context, as_matrix(y));
   }
 
@@ -175,7 +182,6 @@ class MultiHeadAttention {
     const std::int64_t n = std::int64_t(batch) * seq;
     const auto qkv = qkv_.view(n, 3 * d);
     const auto probs = probs_.view(batch, h, seq, seq);
-    const auto dropped = dropout_active_ ? dropped_.view(batch, h, seq, seq) : probs;
     const auto context = context_.view(n, d);
     const auto d_context = d_context_.view(n, d);
     const auto d_qkv = d_qkv_.view(n, 3 * d);
@@ -183,7 +189,7 @@ class MultiHeadAttention {
     out_proj_.backward(exec, context, as_matrix(dy), d_context);
     impl::SoftmaxBackwardRows<T> softmax{
         probs.data(),
-        dropped.data(),
+        nullptr,  // set below
         nullptr,
         seq,
         dropout_active_,
@@ -192,18 +198,19 @@ class MultiHeadAttention {
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
     if constexpr (impl::has_host_attention<ExecutionSpace, T>)
       if (fused_cpu_) {
-        const impl::AttentionBuffers<T> buffers{batch,        h,
-                                                seq,          d,
-                                                qkv.data(),   context.data(),
-                                                probs.data(), dropped.data(),
-                                                d_qkv.data(), d_context.data()};
-        impl::attention_backward_host(exec, buffers, softmax);
+        const impl::AttentionBuffers<T> buffers{
+            batch,           h, seq, d, qkv.data(), context.data(), probs.data(), d_qkv.data(),
+            d_context.data()};
+        impl::attention_backward_host(exec, buffers, softmax,
+                                      DropoutDecisions(seed_, step_, dropout_));
         in_proj_.backward(exec, as_matrix(x), d_qkv,
                           dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), accumulate_dx);
         return;
       }
 #endif
+    const auto dropped = dropout_active_ ? dropped_.view(batch, h, seq, seq) : probs;
     const auto d_probs = d_probs_.view(batch, h, seq, seq);
+    softmax.dropped = dropped.data();
     softmax.d_probs = d_probs.data();
     // dP~ = dO V^T and dV = P~^T dO.
     backends::gemm_batched<ExecutionSpace, T>(
@@ -264,6 +271,7 @@ class MultiHeadAttention {
   std::uint64_t seed_ = 0;
   bool fused_cpu_ = true;
   bool dropout_active_ = false;
+  std::uint64_t step_ = 0;  // the last forward's, for the fused backward's dropout decisions
   int batch_ = 0, seq_ = 0;
   Linear<T, ExecutionSpace> in_proj_, out_proj_;
   // The bytes of a pass's buffers for a (batch, seq) input: the (batch, heads, seq, seq) score
@@ -272,11 +280,12 @@ class MultiHeadAttention {
     std::int64_t squares = 0, rows = 0;
     std::int64_t total() const { return squares + rows; }
   };
-  // The forward's: probabilities (and their dropout copy in training), qkv and context.
+  // The forward's: probabilities (and, on the staged path, their dropout copy in training), qkv
+  // and context.
   Bytes forward_bytes(std::int64_t batch, std::int64_t seq, bool training) const {
     const std::int64_t square = batch * heads_ * seq * seq * std::int64_t(sizeof(T));
     const std::int64_t row = batch * seq * d_ * std::int64_t(sizeof(T));
-    return {square * (training && dropout_ > 0.0 ? 2 : 1), 4 * row};
+    return {square * (training && dropout_ > 0.0 && !fused_on_cpu() ? 2 : 1), 4 * row};
   }
 
   // Refuses a (batch, seq) whose buffers would not fit in the memory space, before allocating

@@ -23,15 +23,15 @@
 namespace kformer::impl {
 
 // The packed buffers of one attention pass: qkv and d_qkv (B S, 3d), context and d_context
-// (B S, d), the (B, H, S, S) probabilities and their dropout copy (= probs without dropout). The
-// probabilities' gradient is only ever a block of rows, in each task's scratch.
+// (B S, d), and the (B, H, S, S) probabilities P. The probabilities with dropout (P~) and their
+// gradient are only ever a block of rows, in each task's scratch: the backward recomputes P~ from
+// P and the dropout decisions (a counter hash), so training keeps one seq^2 buffer, not two.
 template <class T>
 struct AttentionBuffers {
   int batch, heads, seq, d;
   T* qkv;
   T* context;
   T* probs;
-  T* dropped;
   T* d_qkv = nullptr;
   T* d_context = nullptr;
 
@@ -50,53 +50,76 @@ template <class ExecutionSpace, class T>
 inline constexpr bool has_host_attention = backends::runs_on_host<ExecutionSpace> &&
                                            (std::is_same_v<T, float> || std::is_same_v<T, double>);
 
+// A task's block of rows x S scores in its scratch.
+template <class ExecutionSpace, class T>
+using ScoreScratch = Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space,
+                                  Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
 // Forward, one task per (b, h, block of query rows r0 .. r0 + R):
-//   A = Q[r] K^T / sqrt(dh) into probs,  softmax (and dropout) row by row,  O[r] = P~[r] V.
+//   A = Q[r] K^T / sqrt(dh) into probs,  softmax row by row (P~, with dropout, into the task's
+//   scratch),  O[r] = P~[r] V.
 template <class ExecutionSpace, class T, class KeyMask, class AttnMask>
 void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T>& buf,
                             const SoftmaxForwardRows<T, KeyMask, AttnMask>& softmax, T scale) {
+  using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
+  using scratch_view = ScoreScratch<ExecutionSpace, T>;
   const int heads = buf.heads, seq = buf.seq, d = buf.d, dh = buf.head_dim();
   const int rows_per_block = buf.block_rows();
   const int blocks = (seq + rows_per_block - 1) / rows_per_block;
+  const std::size_t block_scores = std::size_t(rows_per_block) * seq;
+  const std::size_t scratch_bytes = softmax.drop ? scratch_view::shmem_size(block_scores) : 0;
+  const int level = backends::team_scratch_level<ExecutionSpace>(scratch_bytes);
   const backends::impl::HostBlasThreads blas_threads(exec);
   // Host code calling BLAS inside a host parallel loop: only instantiated for host spaces.
-  Kokkos::parallel_for("kformer::attention::forward_host",
-                       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, buf.batch * heads * blocks),
-                       [=](const int task) {
-                         const int bh = task / blocks, b = bh / heads, h = bh % heads;
-                         const int r0 = (task % blocks) * rows_per_block;
-                         const int rows = std::min(rows_per_block, seq - r0);
-                         const T* const q = buf.qkv + std::int64_t(b) * seq * 3 * d + h * dh;
-                         const T* const k = q + d;
-                         const T* const v = q + 2 * d;
-                         const std::int64_t first_row = std::int64_t(bh) * seq + r0;
-                         T* const a = buf.probs + first_row * seq;
-                         const T* const p_dropped = buf.dropped + first_row * seq;
-                         head::product_nt(dh, rows, seq, scale, q + std::int64_t(r0) * 3 * d, 3 * d,
-                                          k, 3 * d, a, seq);
-                         for (int i = 0; i < rows; ++i)
-                           softmax(backends::HostRowMember{}, first_row + i);
-                         head::product_nn(dh, rows, seq, p_dropped, seq, v, 3 * d,
-                                          buf.context + (std::int64_t(b) * seq + r0) * d + h * dh,
-                                          d);
-                       });
+  Kokkos::parallel_for(
+      "kformer::attention::forward_host",
+      policy_type(exec, buf.batch * heads * blocks, 1)
+          .set_scratch_size(level, Kokkos::PerTeam(scratch_bytes)),
+      [=](const typename policy_type::member_type& team) {
+        const int task = team.league_rank();
+        const int bh = task / blocks, b = bh / heads, h = bh % heads;
+        const int r0 = (task % blocks) * rows_per_block;
+        const int rows = std::min(rows_per_block, seq - r0);
+        const T* const q = buf.qkv + std::int64_t(b) * seq * 3 * d + h * dh;
+        const T* const k = q + d;
+        const T* const v = q + 2 * d;
+        const std::int64_t first_row = std::int64_t(bh) * seq + r0;
+        T* const a = buf.probs + first_row * seq;
+        SoftmaxForwardRows<T, KeyMask, AttnMask> block = softmax;
+        if (block.drop) {
+          block.dropped = scratch_view(team.team_scratch(level), block_scores).data();
+          block.dropped_first_row = first_row;
+        }
+        const T* const p_dropped = block.drop ? block.dropped : a;
+        head::product_nt(dh, rows, seq, scale, q + std::int64_t(r0) * 3 * d, 3 * d, k, 3 * d, a,
+                         seq);
+        for (int i = 0; i < rows; ++i)
+          block(backends::HostRowMember{}, first_row + i);
+        head::product_nn(dh, rows, seq, p_dropped, seq, v, 3 * d,
+                         buf.context + (std::int64_t(b) * seq + r0) * d + h * dh, d);
+      });
 }
 
 // Backward, one task per (b, h), its query rows block by block (dK and dV sum over the blocks),
-// the block's dP~ and dA in the task's scratch:
-//   dP~ = dO[r] V^T,  dV (+)= P~[r]^T dO[r],  dA = softmax backward row by row,
-//   dQ[r] = dA K,  dK (+)= dA^T Q[r].
+// the block's P~ (recomputed from P with the forward's dropout decisions `decide`), dP~ and dA
+// in the task's scratch:
+//   P~ = P m / (1 - p),  dP~ = dO[r] V^T,  dV (+)= P~[r]^T dO[r],  dA = softmax backward row by
+//   row,  dQ[r] = dA K,  dK (+)= dA^T Q[r].
 // `softmax` gives the row constants (dropout, scales); its pointers are set per block.
 template <class ExecutionSpace, class T>
 void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<T>& buf,
-                             const SoftmaxBackwardRows<T>& softmax) {
+                             const SoftmaxBackwardRows<T>& softmax,
+                             const DropoutDecisions& decide) {
   using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
-  using scratch_view = Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space,
-                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using scratch_view = ScoreScratch<ExecutionSpace, T>;
   const int heads = buf.heads, seq = buf.seq, d = buf.d, dh = buf.head_dim();
   const int rows_per_block = buf.block_rows();
-  const std::size_t scratch_bytes = scratch_view::shmem_size(std::size_t(rows_per_block) * seq);
+  const std::size_t block_scores = std::size_t(rows_per_block) * seq;
+  const bool drop = softmax.drop;
+  const std::size_t scratch_bytes = scratch_view::shmem_size(block_scores * (drop ? 2 : 1));
   const int level = backends::team_scratch_level<ExecutionSpace>(scratch_bytes);
+  const std::uint64_t groups_per_row = (seq + 3) / 4;
+  const T keep_scale = softmax.keep_scale;
   const backends::impl::HostBlasThreads blas_threads(exec);
   Kokkos::parallel_for(
       "kformer::attention::backward_host",
@@ -111,18 +134,29 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
         T* const dq = buf.d_qkv + qkv_offset;
         T* const dk = dq + d;
         T* const dv = dq + 2 * d;
-        T* const g =
-            scratch_view(team.team_scratch(level), std::size_t(rows_per_block) * seq).data();
+        T* const g = scratch_view(team.team_scratch(level), block_scores * (drop ? 2 : 1)).data();
+        T* const kept = g + block_scores;  // P~, when drop
         for (int r0 = 0; r0 < seq; r0 += rows_per_block) {
           const int rows = std::min(rows_per_block, seq - r0);
           const T beta = r0 == 0 ? T(0) : T(1);
           const std::int64_t first_row = std::int64_t(bh) * seq + r0;
-          const T* const p_dropped = buf.dropped + first_row * seq;
+          const T* const p = buf.probs + first_row * seq;
+          // The forward's P~ = P * keep_scale where kept, bit for bit.
+          if (drop)
+            for (int i = 0; i < rows; ++i) {
+              const T* const p_row = p + std::int64_t(i) * seq;
+              T* const kept_row = kept + std::int64_t(i) * seq;
+              decide.for_each_keep(std::uint64_t(first_row + i) * groups_per_row, seq,
+                                   [=](const std::int64_t j, const bool keep) {
+                                     kept_row[j] = keep ? p_row[j] * keep_scale : T(0);
+                                   });
+            }
+          const T* const p_dropped = drop ? kept : p;
           const T* const d_out = buf.d_context + (std::int64_t(b) * seq + r0) * d + h * dh;
           head::product_nt(dh, rows, seq, T(1), d_out, d, v, 3 * d, g, seq);
           head::product_tn(dh, rows, seq, p_dropped, seq, d_out, d, beta, dv, 3 * d);
           SoftmaxBackwardRows<T> block = softmax;
-          block.probs = buf.probs + first_row * seq;
+          block.probs = p;
           block.dropped = p_dropped;
           block.d_probs = g;
           for (int i = 0; i < rows; ++i)

@@ -63,7 +63,8 @@ KOKKOS_INLINE_FUNCTION T host_dot(const T* a, const T* b, const int n) {
 template <class T, class KeyMask, class AttnMask>
 struct SoftmaxForwardRows {
   T* probs;    // (B, H, S, S): the scores in, P out
-  T* dropped;  // (B, H, S, S): P with dropout, when drop
+  T* dropped;  // P with dropout, when drop: row `row` at (row - dropped_first_row) * S
+  std::int64_t dropped_first_row;  // 0 for a (B, H, S, S) buffer, a block's first row for scratch
   int heads, seq;
   KeyMask key_padding_mask;  // (B, S) or empty
   AttnMask attn_mask;        // (S, S) or empty
@@ -109,7 +110,7 @@ struct SoftmaxForwardRows {
       row_for(team, n, [=](const int j) { a[j] *= inv; });
       return;
     }
-    T* const out = dropped + row * seq;
+    T* const out = dropped + (row - dropped_first_row) * seq;
     const T scale = keep_scale;
     const std::uint64_t first_group = static_cast<std::uint64_t>(row) * ((seq + 3) / 4);
     if constexpr (backends::is_host_member<Member>) {
@@ -144,8 +145,17 @@ template <class T, class KeyMask, class AttnMask>
 SoftmaxForwardRows<T, KeyMask, AttnMask> softmax_forward_rows(
     T* probs, T* dropped, int heads, int seq, const KeyMask& key_padding_mask,
     const AttnMask& attn_mask, bool drop, const DropoutDecisions& decide, T keep_scale) {
-  return {probs,     dropped, heads,  seq,        key_padding_mask,
-          attn_mask, drop,    decide, keep_scale, -std::numeric_limits<T>::infinity()};
+  return {probs,
+          dropped,
+          0,
+          heads,
+          seq,
+          key_padding_mask,
+          attn_mask,
+          drop,
+          decide,
+          keep_scale,
+          -std::numeric_limits<T>::infinity()};
 }
 
 // Row `row` of the scores: d_probs <- dA = scale * P * (dP - rowsum(dP * P)), with
