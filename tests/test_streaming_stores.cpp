@@ -75,32 +75,38 @@ void check_store_run_everywhere() {
       }
 }
 
-// Two runs at the same offset within a line (written interleaved) and at different ones (one
-// after the other).
-template <class T>
-void check_store_run_pair_everywhere() {
+// N runs at the same offset within a line (written interleaved), and with the last at another
+// offset (one after the other).
+template <int N, class T>
+void check_store_runs_everywhere() {
   for (const bool streaming : {false, true})
-    for (int offset0 = 0; offset0 < 17; ++offset0)
-      for (const int offset1 : {offset0, (offset0 + 5) % 17})
+    for (int offset = 0; offset < 17; ++offset)
+      for (const int last_offset : {offset, (offset + 5) % 17})
         for (const int n : kLengths) {
-          CAPTURE(streaming, offset0, offset1, n);
-          GuardedRun<T> run0(n, offset0), run1(n, offset1);
-          int calls0 = 0, calls1 = 0;
-          backends::store_run_pair(run0.out, run1.out, n, streaming,
-                                   CountedValues<T>{&calls0, T(0.5), T(1)},
-                                   CountedValues<T>{&calls1, T(-0.25), T(3)});
+          CAPTURE(N, streaming, offset, last_offset, n);
+          std::vector<GuardedRun<T>> runs;
+          for (int i = 0; i < N; ++i)
+            runs.emplace_back(n, i + 1 < N ? offset : last_offset);
+          int calls[N] = {};
+          T* out[N];
+          CountedValues<T> values[N];
+          for (int i = 0; i < N; ++i) {
+            out[i] = runs[i].out;
+            values[i] = CountedValues<T>{&calls[i], T(0.5) - T(i), T(1 + 2 * i)};
+          }
+          backends::store_runs(out, values, n, streaming);
           backends::streaming_fence();
-          CHECK(calls0 == n);
-          CHECK(calls1 == n);
-          CHECK(run0.holds(T(0.5), T(1)));
-          CHECK(run1.holds(T(-0.25), T(3)));
+          for (int i = 0; i < N; ++i) {
+            CHECK(calls[i] == n);
+            CHECK(runs[i].holds(T(0.5) - T(i), T(1 + 2 * i)));
+          }
         }
 }
 
 // An odd dim, so that the kernels' runs start and end inside cache lines; seq a multiple of 16, so
-// that the two batch elements' runs sit at the same offset within a line and are written
-// interleaved (store_run_pair); a size above the streaming threshold.
-constexpr int kBatch = 2, kSeq = 4208, kDim = 509;
+// that the batch elements' runs sit at the same offset within a line and are written interleaved
+// (store_runs: four, then one); a size above the streaming threshold.
+constexpr int kBatch = 5, kSeq = 4208, kDim = 509;
 
 }  // namespace
 
@@ -110,10 +116,12 @@ TEST_CASE("store_run writes each value once at any alignment, streaming or not",
   check_store_run_everywhere<double>();
 }
 
-TEST_CASE("store_run_pair writes both runs at any alignment, streaming or not",
+TEST_CASE("store_runs writes every run at any alignment, streaming or not",
           "[backends][streaming]") {
-  check_store_run_pair_everywhere<float>();
-  check_store_run_pair_everywhere<double>();
+  check_store_runs_everywhere<2, float>();
+  check_store_runs_everywhere<4, float>();
+  check_store_runs_everywhere<2, double>();
+  check_store_runs_everywhere<4, double>();
 }
 
 TEMPLATE_LIST_TEST_CASE("encodings write large outputs correctly", "[encoding][streaming]",

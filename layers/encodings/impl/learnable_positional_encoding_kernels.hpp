@@ -160,21 +160,32 @@ void learnable_pe_backward(const ExecutionSpace& exec, const Tensor3<const T, M>
           T* const sum = Scratch(team.team_scratch(level), chunk).data();
           for (std::int64_t k = 0; k < len; ++k)
             sum[k] = 0;
-          for (int b = 0; b < batch; ++b) {
-            const T* const d = dyp + b * n + begin;
-            // Separate loops over the run, the later ones reading it from cache: one loop doing
-            // both would not vectorise, sum and d being possibly the same memory to the
-            // compiler. dx first (measured faster, 0.72x of a copy against 0.54-0.61x the other
-            // way round), except in place, where the sum must read dy before it is scaled.
-            T* const out = dxp + b * dx_stride + begin;
+          // Groups of kGroup batch elements: their dx runs written together (four input streams
+          // in flight), then their sums and in-place scaling reading dy from cache. Separate
+          // loops: one loop doing both would not vectorise, sum and dy being possibly the same
+          // memory to the compiler. dx first (measured faster, 0.72x of a copy against
+          // 0.54-0.61x the other way round), except in place, where the sum must read dy before
+          // it is scaled.
+          constexpr int kGroup = 4;
+          for (int b0 = 0; b0 < batch; b0 += kGroup) {
+            const int b1 = b0 + kGroup < batch ? b0 + kGroup : batch;
             if (!in_place)
-              backends::store_run(out, len, streaming,
-                                  [=](const std::int64_t k) { return s * d[k]; });
-            for (std::int64_t k = 0; k < len; ++k)
-              sum[k] += d[k];
-            if (in_place && s != T(1))
+              backends::store_batch_runs(
+                  b0, b1, len, streaming, [=](const int b) { return dxp + b * dx_stride + begin; },
+                  [=](const int b) {
+                    const T* const d = dyp + b * n + begin;
+                    return [=](const std::int64_t k) { return s * d[k]; };
+                  });
+            for (int b = b0; b < b1; ++b) {
+              const T* const d = dyp + b * n + begin;
               for (std::int64_t k = 0; k < len; ++k)
-                out[k] = s * d[k];
+                sum[k] += d[k];
+              if (in_place && s != T(1)) {
+                T* const out = dxp + b * dx_stride + begin;
+                for (std::int64_t k = 0; k < len; ++k)
+                  out[k] = s * d[k];
+              }
+            }
           }
           T* const out = g + begin;
           for (std::int64_t k = 0; k < len; ++k)
