@@ -161,11 +161,12 @@ void learnable_pe_backward(const ExecutionSpace& exec, const Tensor3<const T, M>
           for (std::int64_t k = 0; k < len; ++k)
             sum[k] = 0;
           // Groups of kGroup batch elements: their dx runs written together (four input streams
-          // in flight), then their sums and in-place scaling reading dy from cache. Separate
-          // loops: one loop doing both would not vectorise, sum and dy being possibly the same
-          // memory to the compiler. dx first (measured faster, 0.72x of a copy against
-          // 0.54-0.61x the other way round), except in place, where the sum must read dy before
-          // it is scaled.
+          // in flight), then their sums, in one pass over the group (still in batch order), and
+          // in-place scaling, reading dy from cache. Separate loops: one loop doing both would
+          // not vectorise, sum and dy being possibly the same memory to the compiler. dx first
+          // (measured faster, 0.72x of a copy against 0.54-0.61x the other way round), except in
+          // place, where the sum must read dy before it is scaled. One pass for the group's sums
+          // instead of one per element: 0.85-0.97x to 0.92-1.05x of a copy (eight runs each).
           constexpr int kGroup = 4;
           for (int b0 = 0; b0 < batch; b0 += kGroup) {
             const int b1 = b0 + kGroup < batch ? b0 + kGroup : batch;
@@ -176,16 +177,27 @@ void learnable_pe_backward(const ExecutionSpace& exec, const Tensor3<const T, M>
                     const T* const d = dyp + b * n + begin;
                     return [=](const std::int64_t k) { return s * d[k]; };
                   });
-            for (int b = b0; b < b1; ++b) {
-              const T* const d = dyp + b * n + begin;
+            if (b1 - b0 == kGroup) {
+              const T* const d0 = dyp + b0 * n + begin;
+              const T* const d1 = d0 + n;
+              const T* const d2 = d1 + n;
+              const T* const d3 = d2 + n;
               for (std::int64_t k = 0; k < len; ++k)
-                sum[k] += d[k];
-              if (in_place && s != T(1)) {
+                sum[k] = (((sum[k] + d0[k]) + d1[k]) + d2[k]) + d3[k];
+            } else {
+              for (int b = b0; b < b1; ++b) {
+                const T* const d = dyp + b * n + begin;
+                for (std::int64_t k = 0; k < len; ++k)
+                  sum[k] += d[k];
+              }
+            }
+            if (in_place && s != T(1))
+              for (int b = b0; b < b1; ++b) {
+                const T* const d = dyp + b * n + begin;
                 T* const out = dxp + b * dx_stride + begin;
                 for (std::int64_t k = 0; k < len; ++k)
                   out[k] = s * d[k];
               }
-            }
           }
           T* const out = g + begin;
           for (std::int64_t k = 0; k < len; ++k)
