@@ -100,6 +100,18 @@ void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T
       });
 }
 
+// The forward's P~ = P * keep_scale where kept, bit for bit, for one row. A functor: nvcc rejects
+// a host lambda in for_each_keep, which is a device function too.
+template <class T>
+struct KeptProbabilities {
+  const T* p;
+  T* kept;
+  T keep_scale;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j, const bool keep) const {
+    kept[j] = keep ? p[j] * keep_scale : T(0);
+  }
+};
+
 // Backward, one task per (b, h), its query rows block by block (dK and dV sum over the blocks),
 // the block's P~ (recomputed from P with the forward's dropout decisions `decide`), dP~ and dA
 // in the task's scratch:
@@ -141,16 +153,11 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
           const T beta = r0 == 0 ? T(0) : T(1);
           const std::int64_t first_row = std::int64_t(bh) * seq + r0;
           const T* const p = buf.probs + first_row * seq;
-          // The forward's P~ = P * keep_scale where kept, bit for bit.
           if (drop)
-            for (int i = 0; i < rows; ++i) {
-              const T* const p_row = p + std::int64_t(i) * seq;
-              T* const kept_row = kept + std::int64_t(i) * seq;
+            for (int i = 0; i < rows; ++i)
               decide.for_each_keep(std::uint64_t(first_row + i) * groups_per_row, seq,
-                                   [=](const std::int64_t j, const bool keep) {
-                                     kept_row[j] = keep ? p_row[j] * keep_scale : T(0);
-                                   });
-            }
+                                   KeptProbabilities<T>{p + std::int64_t(i) * seq,
+                                                        kept + std::int64_t(i) * seq, keep_scale});
           const T* const p_dropped = drop ? kept : p;
           const T* const d_out = buf.d_context + (std::int64_t(b) * seq + r0) * d + h * dh;
           head::product_nt(dh, rows, seq, T(1), d_out, d, v, 3 * d, g, seq);
