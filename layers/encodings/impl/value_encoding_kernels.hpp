@@ -51,9 +51,12 @@ KOKKOS_INLINE_FUNCTION void sin_cos_as(const bool fast, const double angle, T& s
 // y = (x or 0) + enc(values): the sine and cosine of v w_i (math::sin_cos for float results, the
 // library's functions in double otherwise).
 //
-// CPUs: a team (one thread) per group of tokens; a token's encoding is computed into a row in
-// scratch by loops that vectorise, then added to its input and streamed out (large outputs around
-// the caches). GPUs: a thread per (token, frequency).
+// CPUs: the tokens are cut into kLanes equal ranges, and a team (one thread) takes the same
+// kTokensPerTeam steps of each: at each step it computes the lanes' tokens' encodings into rows in
+// scratch by loops that vectorise, then adds them to their inputs and streams them out (large
+// outputs around the caches) together, so that four input streams are in flight, not one
+// (0.52-0.55x to 0.59-0.68x of a copy measured in alternation). GPUs: a thread per (token,
+// frequency).
 template <bool kAddInput, class ExecutionSpace, class T, class M>
 void value_encoding_apply(const char* label, const ExecutionSpace& exec, const Sinusoid& s,
                           const Kokkos::View<const double*, M>& w,
@@ -92,31 +95,42 @@ void value_encoding_apply(const char* label, const ExecutionSpace& exec, const S
     constexpr std::int64_t kTokensPerTeam = 16;
     const bool streaming = backends::use_streaming_stores(yp, kAddInput ? xp : nullptr,
                                                           std::size_t(tokens) * dim * sizeof(T));
-    const std::size_t bytes = ScratchRow::shmem_size(dim);
+    constexpr int kLanes = 4;
+    const std::int64_t lane_tokens = (tokens + kLanes - 1) / kLanes;
+    const std::size_t bytes = ScratchRow::shmem_size(std::size_t(kLanes) * dim);
     const int level = backends::team_scratch_level<ExecutionSpace>(bytes);
     Kokkos::parallel_for(
         label,
-        policy_type(exec, (tokens + kTokensPerTeam - 1) / kTokensPerTeam, 1)
+        policy_type(exec, (lane_tokens + kTokensPerTeam - 1) / kTokensPerTeam, 1)
             .set_scratch_size(level, Kokkos::PerTeam(bytes)),
         KOKKOS_LAMBDA(const member_type& team) {
-          T* const row = ScratchRow(team.team_scratch(level), dim).data();
+          T* const rows = ScratchRow(team.team_scratch(level), std::size_t(kLanes) * dim).data();
           const std::int64_t begin = team.league_rank() * kTokensPerTeam;
-          const std::int64_t end =
-              begin + kTokensPerTeam < tokens ? begin + kTokensPerTeam : tokens;
-          for (std::int64_t token = begin; token < end; ++token) {
-            const double v = vp[token];
-            if (fast_sin_cos<T>(compat::math::fabs(v) * wp[0]))  // w_0 is the largest
-              write_sinusoid_row(s, row, [=](const int i, T& sin_v, T& cos_v) {
-                sin_cos_as(true, v * wp[i], sin_v, cos_v);
-              });
-            else
-              write_sinusoid_row(s, row, [=](const int i, T& sin_v, T& cos_v) {
-                sin_cos_as(false, v * wp[i], sin_v, cos_v);
-              });
-            const T* const in = xp + token * dim;
-            backends::store_run(yp + token * dim, dim, streaming, [=](const std::int64_t k) {
-              return kAddInput ? in[k] + row[k] : row[k];
-            });
+          for (std::int64_t step = begin; step < begin + kTokensPerTeam && step < lane_tokens;
+               ++step) {
+            int lanes = 0;
+            for (; lanes < kLanes; ++lanes) {
+              const std::int64_t token = lanes * lane_tokens + step;
+              if (token >= tokens) break;
+              T* const row = rows + lanes * dim;
+              const double v = vp[token];
+              if (fast_sin_cos<T>(compat::math::fabs(v) * wp[0]))  // w_0 is the largest
+                write_sinusoid_row(s, row, [=](const int i, T& sin_v, T& cos_v) {
+                  sin_cos_as(true, v * wp[i], sin_v, cos_v);
+                });
+              else
+                write_sinusoid_row(s, row, [=](const int i, T& sin_v, T& cos_v) {
+                  sin_cos_as(false, v * wp[i], sin_v, cos_v);
+                });
+            }
+            backends::store_batch_runs(
+                0, lanes, dim, streaming,
+                [=](const int lane) { return yp + (lane * lane_tokens + step) * dim; },
+                [=](const int lane) {
+                  const T* const in = xp + (lane * lane_tokens + step) * dim;
+                  const T* const row = rows + lane * dim;
+                  return [=](const std::int64_t k) { return kAddInput ? in[k] + row[k] : row[k]; };
+                });
           }
           if (streaming) backends::streaming_fence();
         });
