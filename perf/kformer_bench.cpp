@@ -228,8 +228,12 @@ std::vector<Case> encoding_cases(const Space& space) {
         const auto io = tensors();
         const auto x = io.first, y = io.second;
         auto value = std::make_shared<kformer::ValueEncoding<float, Space>>(space, dim);
+        // m/z values spread over [50, 1000), as the peaks of spectra (angles up to 1000 rad).
         Tensor2<float, Space> values("values", batch, seq);
-        Kokkos::deep_copy(values, 0.75f);
+        auto host_values = Kokkos::create_mirror_view(values);
+        for (int i = 0; i < batch * seq; ++i)
+          host_values(i / seq, i % seq) = 50.0f + 0.01f * float((i * 7919) % 95000);
+        Kokkos::deep_copy(values, host_values);
         return std::function<void()>([=]() { value->forward(space, values, x, y); });
       }));
   return cases;

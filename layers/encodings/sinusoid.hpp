@@ -82,30 +82,65 @@ struct Sinusoid {
   KOKKOS_INLINE_FUNCTION int cos_column(int i) const { return interleaved ? 2 * i + 1 : n_cos + i; }
 };
 
-// A row of dim values in the layout of s, with sin_cos_of(i, sin, cos) giving frequency i's pair
-// (called once per i, in increasing order). The layout is fixed inside each loop, so that the
-// loops vectorise on CPUs.
+// Frequencies [f_begin, f_end) of a row of dim values in the layout of s, with
+// sin_cos_of(i, sin, cos) giving frequency i's pair (called once per i, in increasing order). The
+// layout is fixed inside each loop, so that the loops vectorise on CPUs.
 template <class T, class SinCos>
-KOKKOS_INLINE_FUNCTION void write_sinusoid_row(const Sinusoid& s, T* const row,
-                                               const SinCos& sin_cos_of) {
+KOKKOS_INLINE_FUNCTION void write_sinusoid_frequencies(const Sinusoid& s, T* const row,
+                                                       const int f_begin, const int f_end,
+                                                       const SinCos& sin_cos_of) {
   T sin_v, cos_v;
+  const int cos_end = f_end < s.n_cos ? f_end : s.n_cos;
   if (s.interleaved) {
-    for (int i = 0; i < s.n_cos; ++i) {
+    for (int i = f_begin; i < cos_end; ++i) {
       sin_cos_of(i, sin_v, cos_v);
       row[2 * i] = sin_v;
       row[2 * i + 1] = cos_v;
     }
   } else {
-    for (int i = 0; i < s.n_cos; ++i) {
+    for (int i = f_begin; i < cos_end; ++i) {
       sin_cos_of(i, sin_v, cos_v);
       row[i] = sin_v;
       row[s.n_cos + i] = cos_v;
     }
   }
-  if (s.n_cos < s.n_freq) {  // an odd dim's last column: the sine of frequency n_cos
+  if (s.n_cos < f_end) {  // an odd dim's last column: the sine of frequency n_cos
     sin_cos_of(s.n_cos, sin_v, cos_v);
     row[s.dim - 1] = sin_v;
   }
+}
+
+// The whole row.
+template <class T, class SinCos>
+KOKKOS_INLINE_FUNCTION void write_sinusoid_row(const Sinusoid& s, T* const row,
+                                               const SinCos& sin_cos_of) {
+  write_sinusoid_frequencies(s, row, 0, s.n_freq, sin_cos_of);
+}
+
+// The columns that frequencies [f_begin, f_end) fill: at most two runs [begin[r], end[r]).
+struct SinusoidColumnRuns {
+  int count = 0;
+  int begin[2] = {0, 0};
+  int end[2] = {0, 0};
+};
+KOKKOS_INLINE_FUNCTION SinusoidColumnRuns sinusoid_column_runs(const Sinusoid& s, const int f_begin,
+                                                               const int f_end) {
+  SinusoidColumnRuns runs;
+  // An odd dim's last sine (column dim - 1) follows the last cosine in both layouts.
+  const int last = f_end == s.n_freq ? s.dim : -1;
+  if (s.interleaved) {
+    runs.count = 1;
+    runs.begin[0] = 2 * f_begin;
+    runs.end[0] = last >= 0 ? last : 2 * f_end;
+  } else {
+    const int cos_end = f_end < s.n_cos ? f_end : s.n_cos;
+    runs.count = 2;
+    runs.begin[0] = f_begin < s.n_cos ? f_begin : s.n_cos;
+    runs.end[0] = cos_end;
+    runs.begin[1] = s.n_cos + runs.begin[0];
+    runs.end[1] = last >= 0 ? last : s.n_cos + cos_end;
+  }
+  return runs;
 }
 
 }  // namespace kformer

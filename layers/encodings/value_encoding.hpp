@@ -44,8 +44,11 @@ class ValueEncoding {
       : sinusoid_("kformer::ValueEncoding", dim, options),
         frequencies_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
                                         "kformer::ValueEncoding::frequencies"),
-                     sinusoid_.n_freq) {
-    impl::value_encoding_frequencies(exec, sinusoid_, frequencies_);
+                     sinusoid_.n_freq),
+        frequency_parts_(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                            "kformer::ValueEncoding::frequency_parts"),
+                         2, sinusoid_.n_freq) {
+    impl::value_encoding_frequencies(exec, sinusoid_, frequencies_, frequency_parts_);
   }
 
   int dim() const { return sinusoid_.dim; }
@@ -61,7 +64,7 @@ class ValueEncoding {
     check_shape(where, "y", y, extents_of(x));
     check_finite(where, exec, values);
     impl::value_encoding_apply<true>("kformer::value_encoding::add", exec, sinusoid_, frequencies(),
-                                     values, x, y);
+                                     frequency_parts(), values, x, y);
   }
 
   // y = enc(values).   y: (batch, seq, dim)
@@ -71,7 +74,7 @@ class ValueEncoding {
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_finite(where, exec, values);
     impl::value_encoding_apply<false>("kformer::value_encoding::encode", exec, sinusoid_,
-                                      frequencies(), values, ConstTensor3(y), y);
+                                      frequencies(), frequency_parts(), values, ConstTensor3(y), y);
   }
 
   // dx = dy (the encoding does not depend on x). Nothing to do when dx is dy.
@@ -93,6 +96,8 @@ class ValueEncoding {
   }
 
  private:
+  Kokkos::View<const float**, memory_space> frequency_parts() const { return frequency_parts_; }
+
   void check_finite(const std::string& where, const ExecutionSpace& exec,
                     const ConstTensor2& values) const {
     const std::int64_t first_bad = impl::first_non_finite(exec, values);
@@ -106,6 +111,7 @@ class ValueEncoding {
 
   Sinusoid sinusoid_;
   Kokkos::View<double*, memory_space> frequencies_;
+  Kokkos::View<float**, memory_space> frequency_parts_;  // float(w_i) and the rest
 };
 
 }  // namespace kformer
