@@ -188,4 +188,16 @@ KOKKOS_INLINE_FUNCTION void sin_cos_product(const float v, const float w_hi, con
   sin_cos_reduced(r, quadrant, sin_product, cos_product);
 }
 
+// sin_cos_product for |v w_hi| <= kSinCosSmallProductLimit, below pi/4: no reduction (k = 0), so
+// the same bits as sin_cos_product for these products at half its cost.
+inline constexpr float kSinCosSmallProductLimit = 0.78f;
+
+KOKKOS_INLINE_FUNCTION void sin_cos_small_product(const float v, const float w_hi, const float w_lo,
+                                                  float& sin_product, float& cos_product) {
+  if (!has_fused_multiply_add())
+    return sin_cos(double(v) * (double(w_hi) + double(w_lo)), sin_product, cos_product);
+  const float p = v * w_hi;
+  sin_cos_reduced(p + fma(v, w_lo, fma(v, w_hi, -p)), 0u, sin_product, cos_product);
+}
+
 }  // namespace kformer::math

@@ -201,3 +201,22 @@ TEST_CASE("math::sin_cos_product is within 1.2e-7 of sin and cos of v w up to it
   CAPTURE(worst_angle);
   CHECK(worst <= 1.2e-7);
 }
+
+TEST_CASE("math::sin_cos_small_product gives sin_cos_product's bits below its limit",
+          "[core][math]") {
+  std::mt19937_64 gen(12);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0), log_w(std::log(1e-4), 0.0);
+  int differing = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const double w = std::exp(log_w(gen));
+    const float w_hi = static_cast<float>(w);
+    const float w_lo = static_cast<float>(w - w_hi);
+    float v = static_cast<float>(unit(gen) * math::kSinCosSmallProductLimit / w_hi);
+    if (std::abs(v * w_hi) > math::kSinCosSmallProductLimit) v = std::nextafter(v, 0.0f);
+    float s_small, c_small, s, c;
+    math::sin_cos_small_product(v, w_hi, w_lo, s_small, c_small);
+    math::sin_cos_product(v, w_hi, w_lo, s, c);
+    if (s_small != s || c_small != c) ++differing;
+  }
+  CHECK(differing == 0);
+}

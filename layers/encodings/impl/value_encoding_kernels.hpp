@@ -38,8 +38,11 @@ void value_encoding_frequencies(const ExecutionSpace& exec, const Sinusoid& s,
 
 // How enc(v) of a T result computes its sines and cosines, chosen per token by its largest angle
 // |v| w_0: float results by math::sin_cos_product while the angles allow, then math::sin_cos of
-// the angle in double; double results (and angles beyond both) by the library's functions.
-enum class SinCosPath { Product, DoubleAngle, Library };
+// the angle in double; double results (and angles beyond both) by the library's functions. CPUs
+// take math::sin_cos_small_product (the same bits, half the work) for the chunks of frequencies
+// whose angles are all below math::kSinCosSmallProductLimit: the lowest frequencies of m/z
+// values, all of them for intensities in [0, 1].
+enum class SinCosPath { SmallProduct, Product, DoubleAngle, Library };
 
 template <class T>
 KOKKOS_INLINE_FUNCTION SinCosPath sin_cos_path(const double largest_angle) {
@@ -63,7 +66,9 @@ struct FrequencyPointers {
 template <SinCosPath kPath, class T>
 KOKKOS_INLINE_FUNCTION void sin_cos_along(const FrequencyPointers& f, const double v, const int i,
                                           T& sin_v, T& cos_v) {
-  if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::Product) {
+  if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::SmallProduct) {
+    math::sin_cos_small_product(static_cast<float>(v), f.w_hi[i], f.w_lo[i], sin_v, cos_v);
+  } else if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::Product) {
     math::sin_cos_product(static_cast<float>(v), f.w_hi[i], f.w_lo[i], sin_v, cos_v);
   } else if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::DoubleAngle) {
     math::sin_cos(v * f.w[i], sin_v, cos_v);
@@ -81,6 +86,11 @@ KOKKOS_INLINE_FUNCTION void write_value_frequencies(const Sinusoid& s, const Fre
                                                     T* const row, const int f_begin,
                                                     const int f_end) {
   switch (path) {
+    case SinCosPath::SmallProduct:
+      return write_sinusoid_frequencies(
+          s, row, f_begin, f_end, [=](const int i, T& sin_v, T& cos_v) {
+            sin_cos_along<SinCosPath::SmallProduct>(f, v, i, sin_v, cos_v);
+          });
     case SinCosPath::Product:
       return write_sinusoid_frequencies(s, row, f_begin, f_end,
                                         [=](const int i, T& sin_v, T& cos_v) {
@@ -183,9 +193,15 @@ void value_encoding_apply(const char* label, const ExecutionSpace& exec, const S
             for (int f_begin = 0; f_begin < s.n_freq; f_begin += kChunkFrequencies) {
               const int f_end =
                   f_begin + kChunkFrequencies < s.n_freq ? f_begin + kChunkFrequencies : s.n_freq;
-              for (int lane = 0; lane < lanes; ++lane)
-                write_value_frequencies(s, f, path[lane], v[lane], rows + lane * dim, f_begin,
-                                        f_end);
+              for (int lane = 0; lane < lanes; ++lane) {
+                // w_hi[f_begin] is the chunk's largest frequency.
+                const bool small =
+                    path[lane] == SinCosPath::Product &&
+                    compat::math::fabs(static_cast<float>(v[lane]) * f.w_hi[f_begin]) <=
+                        math::kSinCosSmallProductLimit;
+                write_value_frequencies(s, f, small ? SinCosPath::SmallProduct : path[lane],
+                                        v[lane], rows + lane * dim, f_begin, f_end);
+              }
               const SinusoidColumnRuns runs = sinusoid_column_runs(s, f_begin, f_end);
               for (int r = 0; r < runs.count; ++r) {
                 const std::int64_t c = runs.begin[r];
