@@ -62,21 +62,25 @@ struct FrequencyPointers {
   const float* w_lo;
 };
 
-// sin and cos of v w_i as T along kPath.
+// sin and cos of v w_i as T along kPath, for write_sinusoid_frequencies.
 template <SinCosPath kPath, class T>
-KOKKOS_INLINE_FUNCTION void sin_cos_along(const FrequencyPointers& f, const double v, const int i,
-                                          T& sin_v, T& cos_v) {
-  if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::SmallProduct) {
-    math::sin_cos_small_product(static_cast<float>(v), f.w_hi[i], f.w_lo[i], sin_v, cos_v);
-  } else if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::Product) {
-    math::sin_cos_product(static_cast<float>(v), f.w_hi[i], f.w_lo[i], sin_v, cos_v);
-  } else if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::DoubleAngle) {
-    math::sin_cos(v * f.w[i], sin_v, cos_v);
-  } else {
-    sin_v = static_cast<T>(compat::math::sin(v * f.w[i]));
-    cos_v = static_cast<T>(compat::math::cos(v * f.w[i]));
+struct SinCosAlong {
+  FrequencyPointers f;
+  double v;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const int i, T& sin_v, T& cos_v) const {
+    if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::SmallProduct) {
+      math::sin_cos_small_product(static_cast<float>(v), f.w_hi[i], f.w_lo[i], sin_v, cos_v);
+    } else if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::Product) {
+      math::sin_cos_product(static_cast<float>(v), f.w_hi[i], f.w_lo[i], sin_v, cos_v);
+    } else if constexpr (std::is_same<T, float>::value && kPath == SinCosPath::DoubleAngle) {
+      math::sin_cos(v * f.w[i], sin_v, cos_v);
+    } else {
+      sin_v = static_cast<T>(compat::math::sin(v * f.w[i]));
+      cos_v = static_cast<T>(compat::math::cos(v * f.w[i]));
+    }
   }
-}
+};
 
 // Frequencies [f_begin, f_end) of enc(v) into row (laid out as s), along `path`: one loop per path,
 // so that each vectorises on CPUs.
@@ -85,27 +89,18 @@ KOKKOS_INLINE_FUNCTION void write_value_frequencies(const Sinusoid& s, const Fre
                                                     const SinCosPath path, const double v,
                                                     T* const row, const int f_begin,
                                                     const int f_end) {
+  using P = SinCosPath;
   switch (path) {
-    case SinCosPath::SmallProduct:
-      return write_sinusoid_frequencies(
-          s, row, f_begin, f_end, [=](const int i, T& sin_v, T& cos_v) {
-            sin_cos_along<SinCosPath::SmallProduct>(f, v, i, sin_v, cos_v);
-          });
-    case SinCosPath::Product:
+    case P::SmallProduct:
       return write_sinusoid_frequencies(s, row, f_begin, f_end,
-                                        [=](const int i, T& sin_v, T& cos_v) {
-                                          sin_cos_along<SinCosPath::Product>(f, v, i, sin_v, cos_v);
-                                        });
-    case SinCosPath::DoubleAngle:
-      return write_sinusoid_frequencies(
-          s, row, f_begin, f_end, [=](const int i, T& sin_v, T& cos_v) {
-            sin_cos_along<SinCosPath::DoubleAngle>(f, v, i, sin_v, cos_v);
-          });
+                                        SinCosAlong<P::SmallProduct, T>{f, v});
+    case P::Product:
+      return write_sinusoid_frequencies(s, row, f_begin, f_end, SinCosAlong<P::Product, T>{f, v});
+    case P::DoubleAngle:
+      return write_sinusoid_frequencies(s, row, f_begin, f_end,
+                                        SinCosAlong<P::DoubleAngle, T>{f, v});
     default:
-      return write_sinusoid_frequencies(s, row, f_begin, f_end,
-                                        [=](const int i, T& sin_v, T& cos_v) {
-                                          sin_cos_along<SinCosPath::Library>(f, v, i, sin_v, cos_v);
-                                        });
+      return write_sinusoid_frequencies(s, row, f_begin, f_end, SinCosAlong<P::Library, T>{f, v});
   }
 }
 
@@ -147,15 +142,16 @@ void value_encoding_apply(const char* label, const ExecutionSpace& exec, const S
           const int i = static_cast<int>(k % per_token);
           const double v = vp[token];
           T sin_v, cos_v;
+          using P = SinCosPath;
           switch (sin_cos_path<T>(compat::math::fabs(v) * f.w[0])) {  // w_0 is the largest
-            case SinCosPath::Product:
-              sin_cos_along<SinCosPath::Product>(f, v, i, sin_v, cos_v);
+            case P::Product:
+              SinCosAlong<P::Product, T>{f, v}(i, sin_v, cos_v);
               break;
-            case SinCosPath::DoubleAngle:
-              sin_cos_along<SinCosPath::DoubleAngle>(f, v, i, sin_v, cos_v);
+            case P::DoubleAngle:
+              SinCosAlong<P::DoubleAngle, T>{f, v}(i, sin_v, cos_v);
               break;
             default:
-              sin_cos_along<SinCosPath::Library>(f, v, i, sin_v, cos_v);
+              SinCosAlong<P::Library, T>{f, v}(i, sin_v, cos_v);
           }
           const T* const in = xp + token * dim;
           T* const out = yp + token * dim;
