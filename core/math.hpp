@@ -170,21 +170,31 @@ KOKKOS_INLINE_FUNCTION void sin_cos(const double angle, float& sin_angle, float&
 //   p - k part_1 is exact for |k| < 2^17), then sin r and cos r as in sin_cos.
 inline constexpr float kSinCosProductLimit = 131072.0f;  // 2^17
 
+// v (w_hi + w_lo) as p + t: p = v w_hi rounded, t = its exact rounding error plus v w_lo. Only
+// where has_fused_multiply_add().
+struct SplitProduct {
+  float p, t;
+};
+KOKKOS_INLINE_FUNCTION SplitProduct split_product(const float v, const float w_hi,
+                                                  const float w_lo) {
+  const float p = v * w_hi;
+  return {p, fma(v, w_lo, fma(v, w_hi, -p))};
+}
+
 KOKKOS_INLINE_FUNCTION void sin_cos_product(const float v, const float w_hi, const float w_lo,
                                             float& sin_product, float& cos_product) {
   if (!has_fused_multiply_add())
     return sin_cos(double(v) * (double(w_hi) + double(w_lo)), sin_product, cos_product);
-  const float p = v * w_hi;
-  const float t = fma(v, w_lo, fma(v, w_hi, -p));
+  const SplitProduct product = split_product(v, w_hi, w_lo);
   constexpr float round_shift = 12582912.0f;  // 1.5 * 2^23
-  const float shifted = fma(p, 0.636619772367581343f, round_shift);
+  const float shifted = fma(product.p, 0.636619772367581343f, round_shift);
   const float k = shifted - round_shift;
   std::uint32_t bits;
   memcpy(&bits, &shifted, sizeof(bits));
   const unsigned quadrant = bits & 3u;
-  float r = fma(-k, 1.5703125f, p);
+  float r = fma(-k, 1.5703125f, product.p);
   r = fma(-k, 4.83751296997070312e-4f, r);
-  r = fma(-k, 7.54978995489188216e-8f, r) + t;
+  r = fma(-k, 7.54978995489188216e-8f, r) + product.t;
   sin_cos_reduced(r, quadrant, sin_product, cos_product);
 }
 
@@ -196,8 +206,8 @@ KOKKOS_INLINE_FUNCTION void sin_cos_small_product(const float v, const float w_h
                                                   float& sin_product, float& cos_product) {
   if (!has_fused_multiply_add())
     return sin_cos(double(v) * (double(w_hi) + double(w_lo)), sin_product, cos_product);
-  const float p = v * w_hi;
-  sin_cos_reduced(p + fma(v, w_lo, fma(v, w_hi, -p)), 0u, sin_product, cos_product);
+  const SplitProduct product = split_product(v, w_hi, w_lo);
+  sin_cos_reduced(product.p + product.t, 0u, sin_product, cos_product);
 }
 
 }  // namespace kformer::math
