@@ -110,7 +110,7 @@ TstConfig tst_config_from_json(const std::string& text, const std::string& sourc
       else if (key == "dim_feedforward")
         c.dim_feedforward = get_int();
       else if (key == "dropout")
-        c.dropout = value.get<double>();
+        c.dropout = get_number(value, where, source, key);
       else if (key == "activation")
         c.activation = parse_activation(value.get<std::string>());
       else if (key == "normalization_layer")

@@ -98,7 +98,15 @@ TEST_CASE("TST configs round-trip through JSON and bad ones are rejected", "[tst
   CHECK_THROWS_WITH(tst_config_from_json("{\"colour\": 1}", "model.json"),
                     Catch::Contains("model.json: unknown key 'colour'"));
   CHECK_THROWS_WITH(tst_config_from_json("{\"d_model\": \"big\"}"),
-                    Catch::Contains("key 'd_model' has the wrong type"));
+                    Catch::Contains("key 'd_model' must be an integer"));
+  // nlohmann's get<int>() and get<double>() read booleans as 0 and 1.
+  CHECK_THROWS_WITH(tst_config_from_json("{\"conv_kernel_size\": false}"),
+                    Catch::Contains("key 'conv_kernel_size' must be an integer in [") &&
+                        Catch::Contains("got false"));
+  CHECK_THROWS_WITH(tst_config_from_json("{\"dropout\": true}"),
+                    Catch::Contains("key 'dropout' must be a number, got true"));
+  CHECK_THROWS_WITH(tst_config_from_json("{\"norm_first\": 1}"),
+                    Catch::Contains("key 'norm_first' has the wrong type"));
   CHECK_THROWS_WITH(tst_config_from_json("{\"task\": \"classification\", \"num_outputs\": 1}"),
                     Catch::Contains("at least 2 classes"));
   CHECK_THROWS_WITH(tst_config_from_json("[1, 2"), Catch::Contains("not valid JSON"));
