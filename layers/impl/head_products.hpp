@@ -29,22 +29,27 @@ namespace kformer::impl::head {
 #endif
 
 #if defined(KFORMER_HEAD_PRODUCT_LOOPS)
-// A vector of 64 bytes of T (GCC and Clang's vector extension): the loops below are written in
-// it, as GCC does not reliably keep fixed-size accumulator arrays in registers.
+// The loops are written in GCC and Clang's vector extension, as GCC does not reliably keep
+// fixed-size accumulator arrays in registers. Their vectors are the target's widest: wider ones
+// are split into several registers anyway, and passing or returning one changes the ABI
+// (-Wpsabi), so vectors are only ever loaded and stored through pointers here.
+#if defined(__AVX512F__)
+inline constexpr int kVectorBytes = 64;
+#else
+inline constexpr int kVectorBytes = 32;
+#endif
 template <class T, int Bytes>
 struct VectorOf {
   typedef T type __attribute__((vector_size(Bytes)));
 };
 template <class T>
-using Vec = typename VectorOf<T, 64>::type;
+using Vec = typename VectorOf<T, kVectorBytes>::type;
 template <class T>
-inline constexpr int kLanes = static_cast<int>(64 / sizeof(T));
+inline constexpr int kLanes = static_cast<int>(kVectorBytes / sizeof(T));
 
 template <class V, class T>
-V load(const T* p) {
-  V v;
+void load(V& v, const T* p) {
   std::memcpy(&v, p, sizeof(v));
-  return v;
 }
 template <class T, class V>
 void store(T* p, const V& v) {
@@ -62,13 +67,14 @@ void nt_columns(int m, int j0, T alpha, const T* a, int lda, const T* b, int ldb
       block[l][w] = b[std::int64_t(j0 + w) * ldb + l];
   Vec<T> bt[DH];
   for (int l = 0; l < DH; ++l)
-    bt[l] = load<Vec<T>>(block[l]);
+    load(bt[l], block[l]);
   for (int r = 0; r < m; ++r) {
     const T* const ar = a + std::int64_t(r) * lda;
     Vec<T> acc = ar[0] * bt[0];
     for (int l = 1; l < DH; ++l)
       acc += ar[l] * bt[l];
-    store(c + std::int64_t(r) * ldc + j0, alpha * acc);
+    acc *= alpha;
+    store(c + std::int64_t(r) * ldc + j0, acc);
   }
 }
 
@@ -87,21 +93,17 @@ void nt(int m, int n, T alpha, const T* a, int lda, const T* b, int ldb, T* c, i
     }
 }
 
-// Rows of DH elements as vectors: DH / kLanes of them (DH = 8 in float: half a vector, done as
-// one vector of which the upper half is ignored would read past the row, so the narrow case
-// uses its own width).
+// Rows of DH elements as vectors: DH / (lanes of a vector) of them, or one narrower vector where
+// a row is less than one (DH = 8 in float with AVX-512: a whole vector would read past the row).
 template <int DH, class T>
 struct HeadRow {
-  static constexpr int kWidth = DH * sizeof(T) >= 64 ? 64 : DH * int(sizeof(T));
+  static constexpr int kWidth =
+      DH * int(sizeof(T)) >= kVectorBytes ? kVectorBytes : DH * int(sizeof(T));
   using V = typename VectorOf<T, kWidth>::type;
   static constexpr int kVectors = DH * int(sizeof(T)) / kWidth;
   V v[kVectors] = {};  // zero
 
-  static HeadRow load(const T* p) {
-    HeadRow r;
-    std::memcpy(r.v, p, sizeof(r.v));
-    return r;
-  }
+  void load(const T* p) { std::memcpy(v, p, sizeof(v)); }
   void store(T* p) const { std::memcpy(p, v, sizeof(v)); }
   void add_scaled(T s, const HeadRow& x) {
     for (int i = 0; i < kVectors; ++i)
@@ -119,7 +121,8 @@ void nn_rows(int r0, int k, const T* a, int lda, const T* b, int ldb, T* c, int 
   using Row = HeadRow<DH, T>;
   Row acc[R];
   for (int j = 0; j < k; ++j) {
-    const Row bj = Row::load(b + std::int64_t(j) * ldb);
+    Row bj;
+    bj.load(b + std::int64_t(j) * ldb);
     for (int q = 0; q < R; ++q)
       acc[q].add_scaled(a[std::int64_t(r0 + q) * lda + j], bj);
   }
@@ -142,14 +145,19 @@ void tn_rows(int m, int j0, const T* a, int lda, const T* b, int ldb, T beta, T*
   using Row = HeadRow<DH, T>;
   Row acc[R];
   for (int r = 0; r < m; ++r) {
-    const Row br = Row::load(b + std::int64_t(r) * ldb);
+    Row br;
+    br.load(b + std::int64_t(r) * ldb);
     const T* const ar = a + std::int64_t(r) * lda + j0;
     for (int q = 0; q < R; ++q)
       acc[q].add_scaled(ar[q], br);
   }
   for (int q = 0; q < R; ++q) {
     T* const cj = c + std::int64_t(j0 + q) * ldc;
-    if (beta != T(0)) acc[q].add_scaled(beta, Row::load(cj));
+    if (beta != T(0)) {
+      Row previous;
+      previous.load(cj);
+      acc[q].add_scaled(beta, previous);
+    }
     acc[q].store(cj);
   }
 }
