@@ -17,9 +17,11 @@
 //
 // The per-(batch, head) products are batched GEMMs reading Q, K, V in place in the packed qkv
 // buffer. Memory held for backward: qkv (3 B S d), the head outputs (B S d), and the probabilities
-// P: B H S^2, the term that grows with the square of the sequence. With dropout the staged path
-// (GPUs) also holds P~; the fused CPU path recomputes it in the backward from P and the dropout
-// decisions, which are a counter hash of (seed, step, element).
+// P: B H S^2, the term that grows with the square of the sequence. A forward with no backward to
+// follow (RunContext::grad false) keeps P only for probabilities() (keep_probabilities, PyTorch's
+// need_weights); without it the fused CPU path holds no B H S^2 buffer. With dropout the staged
+// path (GPUs) also holds P~; the fused CPU path recomputes it in the backward from P and the
+// dropout decisions, which are a counter hash of (seed, step, element).
 #pragma once
 
 #include <cmath>
@@ -52,6 +54,8 @@ struct MultiHeadAttentionOptions {
   // On a CPU with a BLAS: each (batch, head)'s products and softmax in one task per block of
   // query rows, in cache (impl/attention_host.hpp). Off: one kernel per stage, as on a GPU.
   bool fused_cpu = true;
+  // Whether a forward without grad keeps P for probabilities() (one with grad always keeps it).
+  bool keep_probabilities = true;
 };
 
 template <class T, class ExecutionSpace>
@@ -73,7 +77,8 @@ class MultiHeadAttention {
         heads_(options.heads),
         dropout_(options.dropout),
         seed_(derive_seed(options.seed, "attention_dropout")),
-        fused_cpu_(options.fused_cpu) {
+        fused_cpu_(options.fused_cpu),
+        keep_probabilities_(options.keep_probabilities) {
     if (d_model < 1) fail(name_, "d_model must be at least 1, got ", d_model);
     if (heads_ < 1 || d_model % heads_ != 0)
       fail(name_, "heads (", heads_, ") must divide d_model (", d_model, ")");
@@ -96,6 +101,7 @@ class MultiHeadAttention {
   int heads() const { return heads_; }
   Linear<T, ExecutionSpace>& in_proj() { return in_proj_; }
   Linear<T, ExecutionSpace>& out_proj() { return out_proj_; }
+  void set_keep_probabilities(bool keep) { keep_probabilities_ = keep; }
 
   // PyTorch names: in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias.
   template <class F>
@@ -110,7 +116,7 @@ class MultiHeadAttention {
 
   // Bytes held between forward and backward for a (batch, seq) input in training.
   std::int64_t saved_bytes(std::int64_t batch, std::int64_t seq) const {
-    return forward_bytes(batch, seq, true).total();
+    return forward_bytes(batch, seq, true, true).total();
   }
 
   // y = MHA(x).   x, y: (B, S, d); key_padding_mask: (B, S) or empty; attn_mask: (S, S) or empty.
@@ -126,18 +132,21 @@ class MultiHeadAttention {
       check_shape(where, "key_padding_mask", key_padding_mask, {batch, seq});
     if (attn_mask.data() != nullptr) check_shape(where, "attn_mask", attn_mask, {seq, seq});
     check_distinct(where, "x", x, "y", y);
-    check_memory(where, batch, seq, ctx.training);
+    // The staged path computes all scores in the (B, H, S, S) buffer whether kept or not.
+    const bool keep_probs = ctx.grad || keep_probabilities_ || !fused_on_cpu();
+    check_memory(where, batch, seq, ctx.training, keep_probs);
     batch_ = batch;
     seq_ = seq;
+    probs_kept_ = keep_probs;
     const std::int64_t n = std::int64_t(batch) * seq;
     const int d = d_, h = heads_, dh = d_ / heads_;
     dropout_active_ = ctx.training && dropout_ > 0.0;
 
     const auto qkv = qkv_.view(n, 3 * d);
-    const auto probs = probs_.view(batch, h, seq, seq);
+    T* const probs = keep_probs ? probs_.view(batch, h, seq, seq).data() : nullptr;
     // P with dropout: a (B, H, S, S) buffer on the staged path; the fused path keeps it in its
     // tasks' scratch.
-    T* const dropped = !dropout_active_ ? probs.data()
+    T* const dropped = !dropout_active_ ? probs
                        : fused_on_cpu() ? nullptr
                                         : dropped_.view(batch, h, seq, seq).data();
     const auto context = context_.view(n, d);
@@ -145,14 +154,14 @@ class MultiHeadAttention {
 
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
     const auto softmax = impl::softmax_forward_rows(
-        probs.data(), dropped, h, seq, key_padding_mask, attn_mask, dropout_active_,
+        probs, dropped, h, seq, key_padding_mask, attn_mask, dropout_active_,
         DropoutDecisions(seed_, ctx.step, dropout_), keep_scale());
     step_ = ctx.step;
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
     if constexpr (impl::has_host_attention<ExecutionSpace, T>)
       if (fused_cpu_) {
-        const impl::AttentionBuffers<T> buffers{batch,          h,           seq, d, qkv.data(),
-                                                context.data(), probs.data()};
+        const impl::AttentionBuffers<T> buffers{batch,          h,    seq, d, qkv.data(),
+                                                context.data(), probs};
         impl::attention_forward_host(exec, buffers, softmax, scale);
         out_proj_.forward(exec, context, as_matrix(y));
         return;
@@ -161,7 +170,7 @@ class MultiHeadAttention {
     // Scores: A[b, h] = Q K^T / sqrt(dh), written into probs.
     backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::T, scale,
                                               head_view(qkv.data(), 0), head_view(qkv.data(), d),
-                                              T(0), score_view(probs.data()), batch, h);
+                                              T(0), score_view(probs), batch, h);
     impl::attention_softmax_forward(exec, softmax, batch);
     // O_h = P~ V_h, written into the head's columns of context.
     backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::N, T(1),
@@ -178,6 +187,10 @@ class MultiHeadAttention {
     check_shape(where, "x", x, {batch_, seq_, d_});
     check_shape(where, "dy", dy, extents_of(x));
     if (dx.data() != nullptr) check_shape(where, "dx", dx, extents_of(x));
+    if (!probs_kept_)
+      fail(where,
+           "the last forward ran without grad (RunContext::grad false) and kept no "
+           "probabilities for a backward");
     const int batch = batch_, seq = seq_, d = d_, h = heads_;
     const std::int64_t n = std::int64_t(batch) * seq;
     const auto qkv = qkv_.view(n, 3 * d);
@@ -233,6 +246,10 @@ class MultiHeadAttention {
 
   // The attention probabilities P of the last forward, (B, H, S, S), for inspection.
   kformer::Tensor4<T, memory_space> probabilities() {
+    if (!probs_kept_)
+      fail(name_ + "::probabilities",
+           "the last forward ran without grad and did not keep them "
+           "(set_keep_probabilities(true) keeps them)");
     return probs_.view(batch_, heads_, seq_, seq_);
   }
 
@@ -270,6 +287,8 @@ class MultiHeadAttention {
   double dropout_ = 0.0;
   std::uint64_t seed_ = 0;
   bool fused_cpu_ = true;
+  bool keep_probabilities_ = true;
+  bool probs_kept_ = true;  // by the last forward
   bool dropout_active_ = false;
   std::uint64_t step_ = 0;  // the last forward's, for the fused backward's dropout decisions
   int batch_ = 0, seq_ = 0;
@@ -280,24 +299,25 @@ class MultiHeadAttention {
     std::int64_t squares = 0, rows = 0;
     std::int64_t total() const { return squares + rows; }
   };
-  // The forward's: probabilities (and, on the staged path, their dropout copy in training), qkv
-  // and context.
-  Bytes forward_bytes(std::int64_t batch, std::int64_t seq, bool training) const {
+  // The forward's: probabilities where kept (and, on the staged path, their dropout copy in
+  // training), qkv and context.
+  Bytes forward_bytes(std::int64_t batch, std::int64_t seq, bool training, bool keep_probs) const {
     const std::int64_t square = batch * heads_ * seq * seq * std::int64_t(sizeof(T));
     const std::int64_t row = batch * seq * d_ * std::int64_t(sizeof(T));
-    return {square * (training && dropout_ > 0.0 && !fused_on_cpu() ? 2 : 1), 4 * row};
+    const int squares = !keep_probs ? 0 : training && dropout_ > 0.0 && !fused_on_cpu() ? 2 : 1;
+    return {square * squares, 4 * row};
   }
 
   // Refuses a (batch, seq) whose buffers would not fit in the memory space, before allocating
   // any: with the square of seq in them they can need terabytes, which would otherwise end in an
   // out-of-memory crash (or the kernel's OOM killer on an overcommitting host).
-  void check_memory(const std::string& where, std::int64_t batch, std::int64_t seq,
-                    bool training) const {
-    Bytes need = forward_bytes(batch, seq, training);
+  void check_memory(const std::string& where, std::int64_t batch, std::int64_t seq, bool training,
+                    bool keep_probs) const {
+    Bytes need = forward_bytes(batch, seq, training, keep_probs);
     if (training) {
       // The backward's own buffers (d_probs, d_context, d_qkv) have the shapes of the eval
       // forward's (probs, context, qkv); the fused CPU path has no d_probs.
-      const Bytes backward = forward_bytes(batch, seq, false);
+      const Bytes backward = forward_bytes(batch, seq, false, true);
       if (!fused_on_cpu()) need.squares += backward.squares;
       need.rows += backward.rows;
     }

@@ -57,8 +57,7 @@ class TransformerEncoderLayer {
                           std::string name = "kformer::TransformerEncoderLayer")
       : name_(std::move(name)),
         options_(o),
-        self_attn_(exec, o.d_model, {o.heads, o.dropout, derive_seed(o.seed, "self_attn")},
-                   name_ + ".self_attn"),
+        self_attn_(exec, o.d_model, attention_options(o), name_ + ".self_attn"),
         ff_(exec, o.d_model,
             {o.dim_feedforward, o.activation, o.dropout, derive_seed(o.seed, "ff")}, name_ + ".ff"),
         norm1_(exec, o.norm, o.d_model, name_ + ".norm1"),
@@ -189,6 +188,17 @@ class TransformerEncoderLayer {
   }
 
  private:
+  // As in PyTorch's TransformerEncoderLayer (need_weights=False), a forward without grad keeps no
+  // attention probabilities: self_attn().set_keep_probabilities(true) keeps them for inspection.
+  static MultiHeadAttentionOptions attention_options(const EncoderLayerOptions& o) {
+    MultiHeadAttentionOptions options;
+    options.heads = o.heads;
+    options.dropout = o.dropout;
+    options.seed = derive_seed(o.seed, "self_attn");
+    options.keep_probabilities = false;
+    return options;
+  }
+
   template <class ViewType>
   void check(const ExecutionSpace& exec, const ViewType& v, const char* block,
              const char* pass) const {

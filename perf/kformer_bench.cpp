@@ -286,7 +286,7 @@ std::function<void()> layer_run(const Space& space, std::shared_ptr<Layer> layer
   Kokkos::deep_copy(dy, 0.01f);
   auto step = std::make_shared<std::uint64_t>(0);
   return [=]() {
-    layer->forward(space, kformer::RunContext{training, ++*step}, x, y);
+    layer->forward(space, kformer::RunContext{training, ++*step, training}, x, y);
     if (training) layer->backward(space, x, dy, dx);
   };
 }
@@ -386,7 +386,7 @@ std::vector<Case> tst_cases(const Space& space) {
           KOKKOS_LAMBDA(const int b) { labels(b) = b % classes; });
       auto step = std::make_shared<std::uint64_t>(0);
       return [=]() {
-        model->forward(space, kformer::RunContext{training, ++*step}, x, keep, logits);
+        model->forward(space, kformer::RunContext{training, ++*step, training}, x, keep, logits);
         if (!training) return;
         losses->cross_entropy(space, logits, labels, d_logits);
         model->zero_grad(space);

@@ -188,6 +188,51 @@ TEMPLATE_LIST_TEST_CASE("Fused CPU attention gives the staged kernels' results",
   }
 }
 
+TEMPLATE_LIST_TEST_CASE(
+    "Attention without grad keeps no (B, H, S, S) buffer unless asked, with the same outputs",
+    "[layers][attention][allocations]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  // seq 300: the fused CPU path takes each (batch, head) in two blocks of query rows.
+  const int batch = 2, seq = 300, d = 16, heads = 2;
+  const std::uint64_t square_bytes = std::uint64_t(batch) * heads * seq * seq * sizeof(float);
+  const auto x = device_from<float, Space>(random_values(batch * seq * d, 21), batch, seq, d);
+  const auto kpm = padding_mask<Space>(batch, seq, {seq, 250});
+  const auto mask = device_from<float, Space>(random_values(seq * seq, 22), seq, seq);  // additive
+  for (const bool fused_cpu : {false, true}) {
+    MultiHeadAttentionOptions options{heads, 0.0, 23, fused_cpu};
+    MultiHeadAttention<float, Space> with_grad(Space(), d, options);
+    options.keep_probabilities = false;
+    MultiHeadAttention<float, Space> no_grad(Space(), d, options);
+    CAPTURE(fused_cpu, no_grad.fused_on_cpu());
+    Tensor3<float, M> y("y", batch, seq, d), y_no_grad("y_no_grad", batch, seq, d);
+    with_grad.forward(Space(), RunContext{false, 0, true}, x, y, kpm, mask);
+    Space().fence();
+    const AllocationCounter counter;
+    no_grad.forward(Space(), RunContext{false, 0, false}, x, y_no_grad, kpm, mask);
+    Space().fence();
+    CHECK(bitwise_equal(host_values(y_no_grad), host_values(y)));
+    if (no_grad.fused_on_cpu()) {
+      CHECK(counter.allocated_bytes() < square_bytes);
+      CHECK_THROWS_WITH(no_grad.probabilities(),
+                        Catch::Contains("kformer::MultiHeadAttention::probabilities") &&
+                            Catch::Contains("did not keep them"));
+      Tensor3<float, M> dx("dx", batch, seq, d);
+      CHECK_THROWS_WITH(no_grad.backward(Space(), x, y, dx),
+                        Catch::Contains("kformer::MultiHeadAttention::backward") &&
+                            Catch::Contains("kept no probabilities"));
+    } else {  // the staged path computes every score in the buffer anyway, and keeps it
+      CHECK(counter.allocated_bytes() >= square_bytes);
+      CHECK(no_grad.probabilities().size() == std::size_t(batch) * heads * seq * seq);
+    }
+    // Asked to keep them, a forward without grad gives them as one with grad does.
+    no_grad.set_keep_probabilities(true);
+    no_grad.forward(Space(), RunContext{false, 0, false}, x, y_no_grad, kpm, mask);
+    CHECK(bitwise_equal(host_values(no_grad.probabilities()),
+                        host_values(with_grad.probabilities())));
+  }
+}
+
 TEMPLATE_LIST_TEST_CASE("An additive -inf attention mask gives exactly zero probability",
                         "[layers][attention]", backends::EnabledSpaces) {
   using Space = TestType;

@@ -206,7 +206,7 @@ class TstTrainer {
       upload(exec, data, order, first, n);
       prepare_inputs(exec, n, kEvaluationStream);
       const auto out = outputs(n);
-      model_.forward(exec, RunContext{false, 0}, inputs(n), keep(n), out);
+      model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), out);
       const auto [loss, count] = task_loss(exec, n, Tensor2<T, memory_space>());
       loss_sum += loss * count;
       e.values += count;
@@ -261,7 +261,7 @@ class TstTrainer {
                      : apply_masks ? kEvaluationStream
                                    : kNoMasks);
       const auto out = outputs(n);
-      model_.forward(exec, RunContext{false, 0}, inputs(n), keep(n), out);
+      model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), out);
       const auto h = to_host(out);
       result.insert(result.end(), h.data(), h.data() + h.size());
     }
@@ -286,7 +286,7 @@ class TstTrainer {
           static_cast<int>(std::min<std::int64_t>(options_.batch_size, data.n_series - first));
       upload(exec, data, order, first, n);
       prepare_inputs(exec, n, kNoMasks);
-      model_.forward(exec, RunContext{false, 0}, inputs(n), keep(n), outputs(n));
+      model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), outputs(n));
       const Tensor3<T, memory_space> z(step_buffer.data(), n, S, d);
       const Tensor2<T, memory_space> p(pooled_buffer.data(), n, d);
       model_.representations(exec, keep(n), z, p);

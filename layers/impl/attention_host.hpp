@@ -26,6 +26,8 @@ namespace kformer::impl {
 // (B S, d), and the (B, H, S, S) probabilities P. The probabilities with dropout (P~) and their
 // gradient are only ever a block of rows, in each task's scratch: the backward recomputes P~ from
 // P and the dropout decisions (a counter hash), so training keeps one seq^2 buffer, not two.
+// A forward with no probs (nullptr: P not kept, inference) keeps each block of P in scratch too,
+// and holds no seq^2 buffer at all.
 template <class T>
 struct AttentionBuffers {
   int batch, heads, seq, d;
@@ -56,8 +58,8 @@ using ScoreScratch = Kokkos::View<T*, typename ExecutionSpace::scratch_memory_sp
                                   Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 // Forward, one task per (b, h, block of query rows r0 .. r0 + R):
-//   A = Q[r] K^T / sqrt(dh) into probs,  softmax row by row (P~, with dropout, into the task's
-//   scratch),  O[r] = P~[r] V.
+//   A = Q[r] K^T / sqrt(dh) into probs (or the task's scratch),  softmax row by row (P~, with
+//   dropout, into the task's scratch),  O[r] = P~[r] V.
 template <class ExecutionSpace, class T, class KeyMask, class AttnMask>
 void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T>& buf,
                             const SoftmaxForwardRows<T, KeyMask, AttnMask>& softmax, T scale) {
@@ -67,7 +69,11 @@ void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T
   const int rows_per_block = buf.block_rows();
   const int blocks = (seq + rows_per_block - 1) / rows_per_block;
   const std::size_t block_scores = std::size_t(rows_per_block) * seq;
-  const std::size_t scratch_bytes = softmax.drop ? scratch_view::shmem_size(block_scores) : 0;
+  const bool probs_in_scratch = buf.probs == nullptr;
+  const std::size_t scratch_scores =
+      block_scores * ((probs_in_scratch ? 1 : 0) + (softmax.drop ? 1 : 0));
+  const std::size_t scratch_bytes =
+      scratch_scores > 0 ? scratch_view::shmem_size(scratch_scores) : 0;
   const int level = backends::team_scratch_level<ExecutionSpace>(scratch_bytes);
   const backends::impl::HostBlasThreads blas_threads(exec);
   // Host code calling BLAS inside a host parallel loop: only instantiated for host spaces.
@@ -84,10 +90,17 @@ void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T
         const T* const k = q + d;
         const T* const v = q + 2 * d;
         const std::int64_t first_row = std::int64_t(bh) * seq + r0;
-        T* const a = buf.probs + first_row * seq;
+        T* const scratch = scratch_scores > 0
+                               ? scratch_view(team.team_scratch(level), scratch_scores).data()
+                               : nullptr;
         SoftmaxForwardRows<T, KeyMask, AttnMask> block = softmax;
+        if (probs_in_scratch) {
+          block.probs = scratch;
+          block.probs_first_row = first_row;
+        }
+        T* const a = probs_in_scratch ? scratch : buf.probs + first_row * seq;
         if (block.drop) {
-          block.dropped = scratch_view(team.team_scratch(level), block_scores).data();
+          block.dropped = probs_in_scratch ? scratch + block_scores : scratch;
           block.dropped_first_row = first_row;
         }
         const T* const p_dropped = block.drop ? block.dropped : a;

@@ -62,9 +62,13 @@ KOKKOS_INLINE_FUNCTION T host_dot(const T* a, const T* b, const int n) {
 // `decide` at group row * ceil(S / 4) + j / 4, lane j % 4; otherwise dropped is not touched.
 template <class T, class KeyMask, class AttnMask>
 struct SoftmaxForwardRows {
-  T* probs;    // (B, H, S, S): the scores in, P out
-  T* dropped;  // P with dropout, when drop: row `row` at (row - dropped_first_row) * S
-  std::int64_t dropped_first_row;  // 0 for a (B, H, S, S) buffer, a block's first row for scratch
+  // The scores in, P out, and P with dropout (when drop): row `row` of each at
+  // (row - first_row) * S, first_row 0 for a (B, H, S, S) buffer and a block's first row for a
+  // block of rows in scratch.
+  T* probs;
+  std::int64_t probs_first_row;
+  T* dropped;
+  std::int64_t dropped_first_row;
   int heads, seq;
   KeyMask key_padding_mask;  // (B, S) or empty
   AttnMask attn_mask;        // (S, S) or empty
@@ -80,7 +84,7 @@ struct SoftmaxForwardRows {
     const int i = static_cast<int>(row % seq);
     const int n = seq;
     const T minus_inf = neg_inf;
-    T* const a = probs + row * seq;
+    T* const a = probs + (row - probs_first_row) * seq;
     // Separate passes (masks are the rare case) keep the main loops free of branches.
     if (attn_mask.data() != nullptr) {
       const AttnMask mask = attn_mask;
@@ -145,17 +149,9 @@ template <class T, class KeyMask, class AttnMask>
 SoftmaxForwardRows<T, KeyMask, AttnMask> softmax_forward_rows(
     T* probs, T* dropped, int heads, int seq, const KeyMask& key_padding_mask,
     const AttnMask& attn_mask, bool drop, const DropoutDecisions& decide, T keep_scale) {
-  return {probs,
-          dropped,
-          0,
-          heads,
-          seq,
-          key_padding_mask,
-          attn_mask,
-          drop,
-          decide,
-          keep_scale,
-          -std::numeric_limits<T>::infinity()};
+  return {probs, 0,      dropped,          0,
+          heads, seq,    key_padding_mask, attn_mask,
+          drop,  decide, keep_scale,       -std::numeric_limits<T>::infinity()};
 }
 
 // Row `row` of the scores: d_probs <- dA = scale * P * (dP - rowsum(dP * P)), with
