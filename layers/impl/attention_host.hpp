@@ -98,7 +98,7 @@ void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T
           block.probs = scratch;
           block.probs_first_row = first_row;
         }
-        T* const a = probs_in_scratch ? scratch : buf.probs + first_row * seq;
+        T* const a = block.probs + (first_row - block.probs_first_row) * seq;
         if (block.drop) {
           block.dropped = probs_in_scratch ? scratch + block_scores : scratch;
           block.dropped_first_row = first_row;
