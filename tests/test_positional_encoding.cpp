@@ -65,6 +65,30 @@ TEMPLATE_LIST_TEST_CASE("positional_encoding: base and first position options", 
   CHECK(max_abs_diff(rest, std::vector<double>(whole.begin() + 50 * 8, whole.end())) <= 1e-13);
 }
 
+TEMPLATE_LIST_TEST_CASE("positional_encoding writes into the caller's matrix without allocating",
+                        "[encoding][fixed][allocations]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  const int seq = 1500, dim = 18;  // two anchor blocks on CPUs
+  Tensor2<double, M> pe("pe", seq, dim);
+  Tensor2<float, M> pe_float("pe_float", seq, dim);
+  PositionalEncodingOptions opt;
+  opt.layout = SinusoidLayout::SplitHalves;
+  opt.first_position = 321;
+  positional_encoding(Space(), pe, opt);  // warm-up: first use of team scratch may size its pool
+  Space().fence();
+  const AllocationCounter counter;
+  positional_encoding(Space(), pe, opt);
+  positional_encoding(Space(), pe_float, opt);
+  Space().fence();
+  CHECK(counter.allocations() == 0);
+  const ReferenceSinusoid ref{dim, false};
+  CHECK(max_abs_diff(host_values(pe), ref.matrix(seq, 321)) <= 1e-12);
+  CHECK(max_abs_diff(host_values(pe_float), ref.matrix(seq, 321)) <= 2e-6);
+  CHECK_THROWS_WITH(positional_encoding(Space(), Tensor2<float, M>("empty", 4, 0)),
+                    Catch::Contains("kformer::positional_encoding") && Catch::Contains("dim"));
+}
+
 TEMPLATE_LIST_TEST_CASE("positional_encoding: the documented dim-4 example", "[encoding][fixed]",
                         backends::EnabledSpaces) {
   // Position 0 of a dim-4 encoding is (sin 0, cos 0, sin 0, cos 0) = (0, 1, 0, 1): the first row

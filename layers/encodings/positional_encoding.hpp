@@ -29,6 +29,22 @@ struct PositionalEncodingOptions {
   std::int64_t first_position = 0;
 };
 
+// Writes the encoding matrix into pe: (seq_length, dim), in exec's memory space. A caller that
+// refreshes a table (a new first_position, a longer sequence) reuses its memory this way.
+template <class ExecutionSpace, class T, class M>
+void positional_encoding(const ExecutionSpace& exec, const Tensor2<T, M>& pe,
+                         const PositionalEncodingOptions& options = {}) {
+  static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, M>::accessible,
+                "positional_encoding: pe must be accessible from the execution space");
+  const std::string where = "kformer::positional_encoding";
+  const Sinusoid sinusoid(where, static_cast<int>(pe.extent(1)), {options.layout, options.base});
+  if (!pe.span_is_contiguous()) fail(where, "pe must be contiguous (an unpadded LayoutRight View)");
+  const Tensor3<T, M> pe3 = as_batch(pe);
+  impl::PositionalEncodingFunctor<T, ExecutionSpace, false>::launch(
+      "kformer::positional_encoding::matrix", exec, pe3, pe3, sinusoid,
+      static_cast<double>(options.first_position));
+}
+
 // The (seq_length, dim) encoding matrix in exec's memory space, for reuse and inspection.
 template <class T, class ExecutionSpace>
 Tensor2<T, typename ExecutionSpace::memory_space> positional_encoding(
@@ -36,15 +52,12 @@ Tensor2<T, typename ExecutionSpace::memory_space> positional_encoding(
     const PositionalEncodingOptions& options = {}) {
   using memory_space = typename ExecutionSpace::memory_space;
   const std::string where = "kformer::positional_encoding";
-  const Sinusoid sinusoid(where, dim, {options.layout, options.base});
+  const Sinusoid sinusoid(where, dim, {options.layout, options.base});  // checks dim first
   if (seq_length < 0) fail(where, "seq_length must be non-negative, got ", seq_length);
   Tensor2<T, memory_space> pe(
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kformer::positional_encoding"),
       seq_length, dim);
-  const Tensor3<T, memory_space> pe3 = as_batch(pe);
-  impl::PositionalEncodingFunctor<T, ExecutionSpace, false>::launch(
-      "kformer::positional_encoding::matrix", exec, pe3, pe3, sinusoid,
-      static_cast<double>(options.first_position));
+  positional_encoding(exec, pe, options);
   return pe;
 }
 
