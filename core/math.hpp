@@ -79,31 +79,29 @@ KOKKOS_INLINE_FUNCTION double exp(double x) {
   return compat::math::exp(x);
 }
 
-// erf(x) for float, odd in x, with a relative error below 4e-7:
-//   |x| < 0.6:  the Maclaurin series through x^15 (truncation < 1e-8 relative);
-//   otherwise:  Abramowitz & Stegun 7.1.26, erf(a) = 1 - t (a1 + t (a2 + ... + t a5)) e^{-a^2},
-//               t = 1/(1 + p a), absolute error below 1.5e-7 where erf > 0.6.
-// Both are evaluated and one selected, so that the function has no branches.
-KOKKOS_INLINE_FUNCTION float erf(float x) {
-  const float a = x < 0.0f ? -x : x;
-  const float a2 = a * a;
-  float series = -1.0f / 75600.0f;  // (-1)^n / (n! (2n+1)) for n = 7 .. 0, in x^2
-  series = fma(series, a2, 1.0f / 9360.0f);
-  series = fma(series, a2, -1.0f / 1320.0f);
-  series = fma(series, a2, 1.0f / 216.0f);
-  series = fma(series, a2, -1.0f / 42.0f);
-  series = fma(series, a2, 1.0f / 10.0f);
-  series = fma(series, a2, -1.0f / 3.0f);
-  series = fma(series, a2, 1.0f) * a * 1.12837916709551257f;  // 2 / sqrt(pi)
-  const float t = 1.0f / fma(0.3275911f, a, 1.0f);
-  float y = 1.061405429f;
-  y = fma(y, t, -1.453152027f);
-  y = fma(y, t, 1.421413741f);
-  y = fma(y, t, -0.284496736f);
-  y = fma(y, t, 0.254829592f);
-  y = fma(-y * t, math::exp(-a2), 1.0f);
-  const float r = a < 0.6f ? series : y;
-  return x < 0.0f ? -r : r;
+// erf(x) for float, odd in x, with a relative error below 4e-7 (3.6e-7 measured on a 1e-5 grid
+// over [-10, 10]): x P(x^2) / Q(x^2) with P and Q of degree 5, fitted on |x| <= 3.92 by
+// tools/fit_erf.py; beyond that erf rounds to +-1 in float, so x is clamped there (a NaN stays
+// NaN). Ten FMAs and a division: GELU took 0.76 ns per element on one core of the AVX2
+// development machine, where a series below 0.6 and Abramowitz & Stegun 7.1.26 with an
+// exponential above, both evaluated and one selected, took 1.45.
+KOKKOS_INLINE_FUNCTION float erf(const float x) {
+  const float c = x < -3.92f ? -3.92f : (x > 3.92f ? 3.92f : x);
+  const float z = c * c;
+  float p = 2.034582600e-06f;
+  p = fma(p, z, 2.874759142e-04f);
+  p = fma(p, z, 3.868534432e-03f);
+  p = fma(p, z, 5.306109029e-02f);
+  p = fma(p, z, 1.927699725e-01f);
+  p = fma(p, z, 1.128379022e+00f);
+  float q = 3.806888055e-05f;
+  q = fma(q, z, 1.188150215e-03f);
+  q = fma(q, z, 1.517271643e-02f);
+  q = fma(q, z, 1.150869062e-01f);
+  q = fma(q, z, 5.041696069e-01f);
+  q = fma(q, z, 1.0f);
+  const float r = c * p / q;
+  return r > 1.0f ? 1.0f : (r < -1.0f ? -1.0f : r);  // the rounding of P/Q can pass 1 near 3.92
 }
 KOKKOS_INLINE_FUNCTION double erf(double x) {
   return compat::math::erf(x);

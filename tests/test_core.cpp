@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -138,6 +139,18 @@ TEST_CASE("math::exp and math::erf for float are within their documented relativ
   CAPTURE(worst_exp_at, worst_erf_at);
   CHECK(worst_exp <= 2e-7);
   CHECK(worst_erf <= 4e-7);
+  // Past the clamp of the argument and of the result.
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(math::erf(inf) == 1.0f);
+  CHECK(math::erf(-inf) == -1.0f);
+  CHECK(std::isnan(math::erf(std::numeric_limits<float>::quiet_NaN())));
+  float largest = 0.0f, smallest = 0.0f;  // where the rational form's rounding passes 1
+  for (float x = 3.0f; x < 4.0f; x += 1e-5f) {
+    largest = std::max(largest, math::erf(x));
+    smallest = std::min(smallest, math::erf(-x));
+  }
+  CHECK(largest == 1.0f);
+  CHECK(smallest == -1.0f);
 }
 
 TEST_CASE("math::sin_cos is within 1e-7 of sin and cos up to its limit", "[core][math]") {
