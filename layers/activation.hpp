@@ -42,7 +42,7 @@ KOKKOS_INLINE_FUNCTION T activation_derivative(Activation a, T x) {
   if (a == Activation::ReLU) return x > T(0) ? T(1) : T(0);
   constexpr T inv_sqrt2 = T(0.70710678118654752440), inv_sqrt_2pi = T(0.39894228040143267794);
   const T cdf = T(0.5) * (T(1) + math::erf(x * inv_sqrt2));
-  return cdf + x * inv_sqrt_2pi * math::exp(T(-0.5) * x * x);
+  return cdf + x * inv_sqrt_2pi * math::exp_nonpositive(T(-0.5) * x * x);
 }
 
 // y = act(x), elementwise over contiguous views of equal size (y may be x).

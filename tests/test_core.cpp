@@ -111,19 +111,28 @@ TEST_CASE("write_heatmap_png writes a PNG of the matrix size", "[core][io]") {
                     Catch::Contains("expected 6 values"));
 }
 
-TEST_CASE("math::exp and math::erf for float are within their documented relative errors",
+TEST_CASE("math::exp_nonpositive and math::erf for float are within their documented errors",
           "[core][math]") {
   std::mt19937_64 gen(3);
-  std::uniform_real_distribution<float> exp_args(-87.0f, 88.0f), erf_args(-6.0f, 6.0f);
-  std::vector<float> xs = {0.0f, -0.0f, -87.0f, 88.0f, 1e-30f, -1e-30f, 0.6f, -0.6f};
+  std::uniform_real_distribution<float> exp_args(-87.0f, 0.0f), erf_args(-6.0f, 6.0f);
+  // x <= 0 is the domain; it stays correct up to 88.
+  std::vector<float> xs = {0.0f, -0.0f, -87.0f, 88.0f, 1e-30f, -1e-30f, 0.6f, -0.6f, 50.0f};
   for (int i = 0; i < 200000; ++i)
     xs.push_back(exp_args(gen));
   double worst_exp = 0, worst_exp_at = 0;
   for (const float x : xs) {
     const double ref = std::exp(double(x));
-    const double error = std::abs(double(math::exp(x)) - ref) / ref;
+    const double error = std::abs(double(math::exp_nonpositive(x)) - ref) / ref;
     if (error > worst_exp) worst_exp = error, worst_exp_at = x;
   }
+  // Below -87 (a masked score minus the row's maximum, say): tiny, positive and finite.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float x : {-88.0f, -1e9f, -1e30f, -inf}) {
+    CAPTURE(x);
+    CHECK(math::exp_nonpositive(x) > 0.0f);
+    CHECK(math::exp_nonpositive(x) < 2e-38f);
+  }
+  CHECK(std::isnan(math::exp_nonpositive(std::numeric_limits<float>::quiet_NaN())));
   for (int i = 0; i < 200000; ++i)
     xs.push_back(erf_args(gen));
   double worst_erf = 0, worst_erf_at = 0;
@@ -140,7 +149,6 @@ TEST_CASE("math::exp and math::erf for float are within their documented relativ
   CHECK(worst_exp <= 2e-7);
   CHECK(worst_erf <= 4e-7);
   // Past the clamp of the argument and of the result.
-  const float inf = std::numeric_limits<float>::infinity();
   CHECK(math::erf(inf) == 1.0f);
   CHECK(math::erf(-inf) == -1.0f);
   CHECK(std::isnan(math::erf(std::numeric_limits<float>::quiet_NaN())));
