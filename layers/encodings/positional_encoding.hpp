@@ -52,7 +52,7 @@ Tensor2<T, typename ExecutionSpace::memory_space> positional_encoding(
     const PositionalEncodingOptions& options = {}) {
   using memory_space = typename ExecutionSpace::memory_space;
   const std::string where = "kformer::positional_encoding";
-  const Sinusoid sinusoid(where, dim, {options.layout, options.base});  // checks dim first
+  Sinusoid(where, dim, {options.layout, options.base});  // dim and base refused before allocating
   if (seq_length < 0) fail(where, "seq_length must be non-negative, got ", seq_length);
   Tensor2<T, memory_space> pe(
       Kokkos::view_alloc(exec, Kokkos::WithoutInitializing, "kformer::positional_encoding"),
