@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "../../backends/impl/host_blas.hpp"
+#include "../../backends/impl/host_vector.hpp"
 
 namespace kformer::impl::head {
 
@@ -24,37 +25,17 @@ namespace kformer::impl::head {
 
 // The loops need GCC's vector extension (GCC, Clang and the compilers built on them); elsewhere
 // every width goes to the BLAS.
-#if defined(__GNUC__)
+#if defined(KFORMER_HOST_VECTORS)
 #define KFORMER_HEAD_PRODUCT_LOOPS 1
 #endif
 
 #if defined(KFORMER_HEAD_PRODUCT_LOOPS)
-// The loops are written in GCC and Clang's vector extension, as GCC does not reliably keep
-// fixed-size accumulator arrays in registers. Their vectors are the target's widest: wider ones
-// are split into several registers anyway, and passing or returning one changes the ABI
-// (-Wpsabi), so vectors are only ever loaded and stored through pointers here.
-#if defined(__AVX512F__)
-inline constexpr int kVectorBytes = 64;
-#else
-inline constexpr int kVectorBytes = 32;
-#endif
-template <class T, int Bytes>
-struct VectorOf {
-  typedef T type __attribute__((vector_size(Bytes)));
-};
-template <class T>
-using Vec = typename VectorOf<T, kVectorBytes>::type;
-template <class T>
-inline constexpr int kLanes = static_cast<int>(kVectorBytes / sizeof(T));
-
-template <class V, class T>
-void load(V& v, const T* p) {
-  std::memcpy(&v, p, sizeof(v));
-}
-template <class T, class V>
-void store(T* p, const V& v) {
-  std::memcpy(p, &v, sizeof(v));
-}
+using backends::host_vector::kLanes;
+using backends::host_vector::kVectorBytes;
+using backends::host_vector::load;
+using backends::host_vector::store;
+using backends::host_vector::Vec;
+using backends::host_vector::VectorOf;
 
 // nt for C's columns [j0, j0 + kLanes): B's rows j0.. transposed into a local block, then every
 // row of C in turn.
