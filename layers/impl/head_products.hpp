@@ -23,13 +23,9 @@ namespace kformer::impl::head {
 
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
 
-// The loops need GCC's vector extension (GCC, Clang and the compilers built on them); elsewhere
-// every width goes to the BLAS.
+// The loops need GCC's vector extension (GCC, Clang and the compilers built on them) in a host
+// pass; elsewhere every width goes to the BLAS.
 #if defined(KFORMER_HOST_VECTORS)
-#define KFORMER_HEAD_PRODUCT_LOOPS 1
-#endif
-
-#if defined(KFORMER_HEAD_PRODUCT_LOOPS)
 using backends::host_vector::kLanes;
 using backends::host_vector::kVectorBytes;
 using backends::host_vector::load;
@@ -176,7 +172,7 @@ bool with_head_width(int dh, const F& f) {
 template <class T>
 void product_nt(int dh, int m, int n, T alpha, const T* a, int lda, const T* b, int ldb, T* c,
                 int ldc) {
-#if defined(KFORMER_HEAD_PRODUCT_LOOPS)
+#if defined(KFORMER_HOST_VECTORS)
   if (with_head_width(
           dh, [&](auto width) { nt<decltype(width)::value>(m, n, alpha, a, lda, b, ldb, c, ldc); }))
     return;
@@ -186,7 +182,7 @@ void product_nt(int dh, int m, int n, T alpha, const T* a, int lda, const T* b, 
 
 template <class T>
 void product_nn(int dh, int m, int k, const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
-#if defined(KFORMER_HEAD_PRODUCT_LOOPS)
+#if defined(KFORMER_HOST_VECTORS)
   if (with_head_width(
           dh, [&](auto width) { nn<decltype(width)::value>(m, k, a, lda, b, ldb, c, ldc); }))
     return;
@@ -197,7 +193,7 @@ void product_nn(int dh, int m, int k, const T* a, int lda, const T* b, int ldb, 
 template <class T>
 void product_tn(int dh, int m, int n, const T* a, int lda, const T* b, int ldb, T beta, T* c,
                 int ldc) {
-#if defined(KFORMER_HEAD_PRODUCT_LOOPS)
+#if defined(KFORMER_HOST_VECTORS)
   if (with_head_width(
           dh, [&](auto width) { tn<decltype(width)::value>(m, n, a, lda, b, ldb, beta, c, ldc); }))
     return;
