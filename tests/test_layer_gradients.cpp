@@ -198,40 +198,42 @@ TEMPLATE_LIST_TEST_CASE("MultiHeadAttention gradients with and without masks",
                         "[layers][gradcheck][attention]", backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
-  const int batch = 2, seq = 4, d = 6;
-  const auto x0 = random_values(batch * seq * d, 30);
   struct Case {
     const char* name;
     bool padding, additive;
     double dropout;
   };
-  for (const Case c :
-       {Case{"plain", false, false, 0.0}, Case{"key padding", true, false, 0.0},
-        Case{"additive mask", false, true, 0.0}, Case{"both + dropout", true, true, 0.25}}) {
-    CAPTURE(c.name);
-    MultiHeadAttention<double, Space> layer(Space(), d, {3, c.dropout, 31});
-    // Non-zero biases so that their gradients are exercised.
-    set_parameter(layer, 1, random_values(3 * d, 32));
-    set_parameter(layer, 3, random_values(d, 33));
-    const auto kpm = c.padding ? padding_mask<Space>(batch, seq, {4, 2}) : Mask<Space>();
-    Tensor2<double, M> mask;
-    if (c.additive)
-      mask = device_from<double, Space>(random_values(seq * seq, 34, -1.0, 1.0), seq, seq);
-    const RunContext ctx{true, 3};
-    const auto fwd = [&](const std::vector<double>& x) {
-      Tensor3<double, M> y("y", batch, seq, d);
-      layer.forward(Space(), ctx, device_from<double, Space>(x, batch, seq, d), y, kpm, mask);
-      return host_values(y);
-    };
-    const auto bwd = [&](const std::vector<double>& x, const std::vector<double>& dy) {
-      const auto xd = device_from<double, Space>(x, batch, seq, d);
-      Tensor3<double, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
-      layer.forward(Space(), ctx, xd, y, kpm, mask);
-      layer.backward(Space(), xd, device_from<double, Space>(dy, batch, seq, d), dx);
-      return host_values(dx);
-    };
-    check_gradients(gradcheck<Space>(layer, x0, fwd, bwd, 35));
-  }
+  // seq 21: rows long enough for the CPU softmax's vector loops (8 and 16 lanes), with a tail.
+  for (const int seq : {4, 21})
+    for (const Case c :
+         {Case{"plain", false, false, 0.0}, Case{"key padding", true, false, 0.0},
+          Case{"additive mask", false, true, 0.0}, Case{"both + dropout", true, true, 0.25}}) {
+      CAPTURE(seq, c.name);
+      const int batch = 2, d = 6;
+      const auto x0 = random_values(batch * seq * d, 30);
+      MultiHeadAttention<double, Space> layer(Space(), d, {3, c.dropout, 31});
+      // Non-zero biases so that their gradients are exercised.
+      set_parameter(layer, 1, random_values(3 * d, 32));
+      set_parameter(layer, 3, random_values(d, 33));
+      const auto kpm = c.padding ? padding_mask<Space>(batch, seq, {seq, seq / 2}) : Mask<Space>();
+      Tensor2<double, M> mask;
+      if (c.additive)
+        mask = device_from<double, Space>(random_values(seq * seq, 34, -1.0, 1.0), seq, seq);
+      const RunContext ctx{true, 3};
+      const auto fwd = [&](const std::vector<double>& x) {
+        Tensor3<double, M> y("y", batch, seq, d);
+        layer.forward(Space(), ctx, device_from<double, Space>(x, batch, seq, d), y, kpm, mask);
+        return host_values(y);
+      };
+      const auto bwd = [&](const std::vector<double>& x, const std::vector<double>& dy) {
+        const auto xd = device_from<double, Space>(x, batch, seq, d);
+        Tensor3<double, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
+        layer.forward(Space(), ctx, xd, y, kpm, mask);
+        layer.backward(Space(), xd, device_from<double, Space>(dy, batch, seq, d), dx);
+        return host_values(dx);
+      };
+      check_gradients(gradcheck<Space>(layer, x0, fwd, bwd, 35));
+    }
 }
 
 TEMPLATE_LIST_TEST_CASE("FeedForward gradients", "[layers][gradcheck]", backends::EnabledSpaces) {
