@@ -52,11 +52,21 @@ KOKKOS_INLINE_FUNCTION T host_mask_and_max(T* a, const unsigned char* masked, co
   return m;
 }
 // The sum of a row on a CPU, as the row helpers compute it: 8 interleaved partials combined in a
-// fixed order.
+// fixed order. The partials are one vector of 8 lanes where the extension is there: inlined into
+// the softmax, GCC made the scalar form's partials scalar additions through general registers.
 template <class T>
 KOKKOS_INLINE_FUNCTION T host_sum(const T* a, const int n) {
   T partial[8] = {};
   int j = 0;
+#if defined(KFORMER_HOST_VECTORS)
+  namespace hv = backends::host_vector;
+  typename hv::VectorOf<T, 8 * sizeof(T)>::type sums{}, x;
+  for (; j + 8 <= n; j += 8) {
+    hv::load(x, a + j);
+    sums += x;
+  }
+  hv::store(partial, sums);
+#endif
   for (; j + 8 <= n; j += 8)
     for (int k = 0; k < 8; ++k)
       partial[k] += a[j + k];
@@ -70,6 +80,16 @@ template <class T>
 KOKKOS_INLINE_FUNCTION T host_dot(const T* a, const T* b, const int n) {
   T partial[8] = {};
   int j = 0;
+#if defined(KFORMER_HOST_VECTORS)
+  namespace hv = backends::host_vector;
+  typename hv::VectorOf<T, 8 * sizeof(T)>::type sums{}, x, y;
+  for (; j + 8 <= n; j += 8) {
+    hv::load(x, a + j);
+    hv::load(y, b + j);
+    sums += x * y;
+  }
+  hv::store(partial, sums);
+#endif
   for (; j + 8 <= n; j += 8)
     for (int k = 0; k < 8; ++k)
       partial[k] += a[j + k] * b[j + k];
