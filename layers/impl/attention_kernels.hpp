@@ -51,33 +51,12 @@ KOKKOS_INLINE_FUNCTION T host_mask_and_max(T* a, const unsigned char* masked, co
   }
   return m;
 }
-// The sum of a row on a CPU, as the row helpers compute it: 8 interleaved partials combined in a
-// fixed order. The partials are one vector of 8 lanes where the extension is there: inlined into
-// the softmax, GCC made the scalar form's partials scalar additions through general registers.
-template <class T>
-KOKKOS_INLINE_FUNCTION T host_sum(const T* a, const int n) {
-  T partial[8] = {};
-  int j = 0;
-#if defined(KFORMER_HOST_VECTORS)
-  namespace hv = backends::host_vector;
-  typename hv::VectorOf<T, 8 * sizeof(T)>::type sums{}, x;
-  for (; j + 8 <= n; j += 8) {
-    hv::load(x, a + j);
-    sums += x;
-  }
-  hv::store(partial, sums);
-#endif
-  for (; j + 8 <= n; j += 8)
-    for (int k = 0; k < 8; ++k)
-      partial[k] += a[j + k];
-  for (int k = 0; j + k < n; ++k)
-    partial[k] += a[j + k];
-  return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-         ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-}
-// The sum of a[j] b[j], in the same order.
-template <class T>
-KOKKOS_INLINE_FUNCTION T host_dot(const T* a, const T* b, const int n) {
+// The sum of a row on a CPU (of a[j] with kProducts false, of a[j] b[j] with it true), as the row
+// helpers compute it: 8 interleaved partials combined in a fixed order. The partials are one
+// vector of 8 lanes where the extension is there: inlined into the softmax, GCC made the scalar
+// form's partials scalar additions through general registers.
+template <bool kProducts, class T>
+KOKKOS_INLINE_FUNCTION T host_row_sum(const T* a, const T* b, const int n) {
   T partial[8] = {};
   int j = 0;
 #if defined(KFORMER_HOST_VECTORS)
@@ -85,18 +64,29 @@ KOKKOS_INLINE_FUNCTION T host_dot(const T* a, const T* b, const int n) {
   typename hv::VectorOf<T, 8 * sizeof(T)>::type sums{}, x, y;
   for (; j + 8 <= n; j += 8) {
     hv::load(x, a + j);
-    hv::load(y, b + j);
-    sums += x * y;
+    if constexpr (kProducts) {
+      hv::load(y, b + j);
+      x = x * y;
+    }
+    sums += x;
   }
   hv::store(partial, sums);
 #endif
   for (; j + 8 <= n; j += 8)
     for (int k = 0; k < 8; ++k)
-      partial[k] += a[j + k] * b[j + k];
+      partial[k] += kProducts ? a[j + k] * b[j + k] : a[j + k];
   for (int k = 0; j + k < n; ++k)
-    partial[k] += a[j + k] * b[j + k];
+    partial[k] += kProducts ? a[j + k] * b[j + k] : a[j + k];
   return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
          ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION T host_sum(const T* a, const int n) {
+  return host_row_sum<false>(a, static_cast<const T*>(nullptr), n);
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION T host_dot(const T* a, const T* b, const int n) {
+  return host_row_sum<true>(a, b, n);
 }
 
 // A softmax row's numerators on a CPU: a[j] <- exp(a[j] - max), 0 where a[j] = -inf or masked[j]
