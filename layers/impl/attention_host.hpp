@@ -63,7 +63,7 @@ using ScoreScratch = Kokkos::View<T*, typename ExecutionSpace::scratch_memory_sp
 template <class ExecutionSpace, class T, class KeyMask, class AttnMask>
 void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T>& buf,
                             const SoftmaxForwardRows<T, KeyMask, AttnMask>& softmax, T scale) {
-  using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
+  using policy_type = backends::BalancedTeamPolicy<ExecutionSpace>;
   using scratch_view = ScoreScratch<ExecutionSpace, T>;
   const int heads = buf.heads, seq = buf.seq, d = buf.d, dh = buf.head_dim();
   const int rows_per_block = buf.block_rows();
@@ -135,7 +135,7 @@ template <class ExecutionSpace, class T>
 void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<T>& buf,
                              const SoftmaxBackwardRows<T>& softmax,
                              const DropoutDecisions& decide) {
-  using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
+  using policy_type = backends::BalancedTeamPolicy<ExecutionSpace>;
   using scratch_view = ScoreScratch<ExecutionSpace, T>;
   const int heads = buf.heads, seq = buf.seq, d = buf.d, dh = buf.head_dim();
   const int rows_per_block = buf.block_rows();

@@ -123,7 +123,7 @@ void value_encoding_apply(const char* label, const ExecutionSpace& exec, const S
                           const Kokkos::View<const float**, M>& w_parts,
                           const Tensor2<const T, M>& values, const Tensor3<const T, M>& x,
                           const Tensor3<T, M>& y) {
-  using policy_type = Kokkos::TeamPolicy<ExecutionSpace>;
+  using policy_type = backends::BalancedTeamPolicy<ExecutionSpace>;
   using member_type = typename policy_type::member_type;
   using ScratchRow =
       Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
