@@ -16,12 +16,13 @@
 //   dQ = dA K,  dK = dA^T Q,  then through the input projection.
 //
 // The per-(batch, head) products are batched GEMMs reading Q, K, V in place in the packed qkv
-// buffer. Memory held for backward: qkv (3 B S d), the head outputs (B S d), and the probabilities
-// P: B H S^2, the term that grows with the square of the sequence. A forward with no backward to
-// follow (RunContext::grad false) keeps P only for probabilities() (keep_probabilities, PyTorch's
-// need_weights); without it the fused CPU path holds no B H S^2 buffer. With dropout the staged
-// path (GPUs) also holds P~; the fused CPU path recomputes it in the backward from P and the
-// dropout decisions, which are a counter hash of (seed, step, element).
+// buffer. Memory held for backward: qkv (3 B S d), the head outputs (B S d), and on the staged
+// path (GPUs) the probabilities P: B H S^2, the term that grows with the square of the sequence,
+// with dropout also P~. The fused CPU path holds P only for probabilities() (keep_probabilities,
+// PyTorch's need_weights) and reads it back in the backward; without it, it holds no B H S^2
+// buffer and the backward recomputes P block by block from Q, K and the forward's masks, which
+// must then not change before the backward. P~ it always recomputes from P and the dropout
+// decisions, a counter hash of (seed, step, element).
 #pragma once
 
 #include <cmath>
@@ -116,7 +117,7 @@ class MultiHeadAttention {
 
   // Bytes held between forward and backward for a (batch, seq) input in training.
   std::int64_t saved_bytes(std::int64_t batch, std::int64_t seq) const {
-    return forward_bytes(batch, seq, true, true).total();
+    return forward_bytes(batch, seq, true, keep_probabilities_ || !fused_on_cpu()).total();
   }
 
   // y = MHA(x).   x, y: (B, S, d); key_padding_mask: (B, S) or empty; attn_mask: (S, S) or empty.
@@ -133,11 +134,15 @@ class MultiHeadAttention {
     if (attn_mask.data() != nullptr) check_shape(where, "attn_mask", attn_mask, {seq, seq});
     check_distinct(where, "x", x, "y", y);
     // The staged path computes all scores in the (B, H, S, S) buffer whether kept or not.
-    const bool keep_probs = ctx.grad || keep_probabilities_ || !fused_on_cpu();
+    const bool keep_probs = keep_probabilities_ || !fused_on_cpu();
     check_memory(where, batch, seq, ctx.training, keep_probs);
     batch_ = batch;
     seq_ = seq;
     probs_kept_ = keep_probs;
+    grad_ = ctx.grad;
+    // The fused backward recomputes the softmax with them; nothing else holds on to them.
+    key_padding_mask_ = ctx.grad ? key_padding_mask : Mask();
+    attn_mask_ = ctx.grad ? attn_mask : ConstMatrix();
     const std::int64_t n = std::int64_t(batch) * seq;
     const int d = d_, h = heads_, dh = d_ / heads_;
     dropout_active_ = ctx.training && dropout_ > 0.0;
@@ -187,40 +192,39 @@ class MultiHeadAttention {
     check_shape(where, "x", x, {batch_, seq_, d_});
     check_shape(where, "dy", dy, extents_of(x));
     if (dx.data() != nullptr) check_shape(where, "dx", dx, extents_of(x));
-    if (!probs_kept_)
+    if (!grad_)
       fail(where,
-           "the last forward ran without grad (RunContext::grad false) and kept no "
-           "probabilities for a backward");
+           "the last forward ran without grad (RunContext::grad false) and kept nothing for a "
+           "backward");
     const int batch = batch_, seq = seq_, d = d_, h = heads_;
     const std::int64_t n = std::int64_t(batch) * seq;
     const auto qkv = qkv_.view(n, 3 * d);
-    const auto probs = probs_.view(batch, h, seq, seq);
     const auto context = context_.view(n, d);
     const auto d_context = d_context_.view(n, d);
     const auto d_qkv = d_qkv_.view(n, 3 * d);
 
     out_proj_.backward(exec, context, as_matrix(dy), d_context);
-    impl::SoftmaxBackwardRows<T> softmax{
-        probs.data(),
-        nullptr,  // set below
-        nullptr,
-        seq,
-        dropout_active_,
-        keep_scale(),
-        static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_)))};
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_)));
+    // The row pointers are set below, per path.
+    impl::SoftmaxBackwardRows<T> softmax{nullptr,         nullptr,      nullptr, seq,
+                                         dropout_active_, keep_scale(), scale};
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
     if constexpr (impl::has_host_attention<ExecutionSpace, T>)
       if (fused_cpu_) {
+        T* const probs = probs_kept_ ? probs_.view(batch, h, seq, seq).data() : nullptr;
         const impl::AttentionBuffers<T> buffers{
-            batch,           h, seq, d, qkv.data(), context.data(), probs.data(), d_qkv.data(),
-            d_context.data()};
-        impl::attention_backward_host(exec, buffers, softmax,
-                                      DropoutDecisions(seed_, step_, dropout_));
+            batch, h, seq, d, qkv.data(), context.data(), probs, d_qkv.data(), d_context.data()};
+        const auto forward_rows = impl::softmax_forward_rows(
+            static_cast<T*>(nullptr), static_cast<T*>(nullptr), h, seq, key_padding_mask_,
+            attn_mask_, dropout_active_, DropoutDecisions(seed_, step_, dropout_), keep_scale());
+        impl::attention_backward_host(exec, buffers, forward_rows, scale, softmax);
         in_proj_.backward(exec, as_matrix(x), d_qkv,
                           dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), accumulate_dx);
         return;
       }
 #endif
+    const auto probs = probs_.view(batch, h, seq, seq);
+    softmax.probs = probs.data();
     const auto dropped = dropout_active_ ? dropped_.view(batch, h, seq, seq) : probs;
     const auto d_probs = d_probs_.view(batch, h, seq, seq);
     softmax.dropped = dropped.data();
@@ -289,8 +293,11 @@ class MultiHeadAttention {
   bool fused_cpu_ = true;
   bool keep_probabilities_ = true;
   bool probs_kept_ = true;  // by the last forward
+  bool grad_ = false;       // whether the last forward ran with grad
   bool dropout_active_ = false;
   std::uint64_t step_ = 0;  // the last forward's, for the fused backward's dropout decisions
+  Mask key_padding_mask_;   // the last forward's masks, for the fused backward (with grad)
+  ConstMatrix attn_mask_;
   int batch_ = 0, seq_ = 0;
   Linear<T, ExecutionSpace> in_proj_, out_proj_;
   // The bytes of a pass's buffers for a (batch, seq) input: the (batch, heads, seq, seq) score

@@ -132,12 +132,14 @@ TEMPLATE_LIST_TEST_CASE("A query whose keys are all masked attends to nothing",
 namespace {
 
 // One training forward and backward of attention with dropout, a padding mask and an additive
-// mask: output, probabilities, input gradient and parameter gradients.
+// mask: output, probabilities (when kept), input gradient and parameter gradients.
 template <class T, class Space>
-std::vector<std::vector<double>> attention_pass(bool fused_cpu, int batch, int seq, int d) {
+std::vector<std::vector<double>> attention_pass(bool fused_cpu, int batch, int seq, int d,
+                                                bool keep_probabilities = true) {
   using M = MemorySpaceOf<Space>;
   MultiHeadAttentionOptions options{2, 0.2, 11};
   options.fused_cpu = fused_cpu;
+  options.keep_probabilities = keep_probabilities;
   MultiHeadAttention<T, Space> mha(Space(), d, options);
   const auto x = device_from<T, Space>(random_values(batch * seq * d, 1), batch, seq, d);
   const auto dy = device_from<T, Space>(random_values(batch * seq * d, 2), batch, seq, d);
@@ -154,8 +156,9 @@ std::vector<std::vector<double>> attention_pass(bool fused_cpu, int batch, int s
   Tensor3<T, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
   mha.forward(Space(), RunContext{true, 3}, x, y, kpm, attn_mask);
   mha.backward(Space(), x, dy, dx);
-  std::vector<std::vector<double>> out = {host_values(y), host_values(mha.probabilities()),
-                                          host_values(dx)};
+  std::vector<std::vector<double>> out = {host_values(y)};
+  if (keep_probabilities) out.push_back(host_values(mha.probabilities()));
+  out.push_back(host_values(dx));
   mha.visit_parameters([&](const std::string&, auto& p) { out.push_back(host_values(p.grad)); });
   return out;
 }
@@ -185,6 +188,53 @@ TEMPLATE_LIST_TEST_CASE("Fused CPU attention gives the staged kernels' results",
       CHECK(max_rel_diff(fused_double[i], staged_double[i]) <= 1e-14);
       CHECK(max_rel_diff(fused_long[i], staged_long[i]) <= 1e-13);
     }
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "Fused CPU attention recomputing P in the backward gives the bits of reading it back",
+    "[layers][attention]", backends::EnabledSpaces) {
+  using Space = TestType;
+  // With dropout and both masks; 300 queries: two blocks of query rows per (batch, head).
+  for (const int dh : {4, 8, 16, 32})
+    for (const int seq : {9, 300}) {
+      CAPTURE(dh, seq);
+      const auto read = attention_pass<float, Space>(true, 2, seq, 2 * dh, true);
+      const auto recomputed = attention_pass<float, Space>(true, 2, seq, 2 * dh, false);
+      REQUIRE(read.size() == recomputed.size() + 1);
+      for (std::size_t i = 0; i < recomputed.size(); ++i) {
+        CAPTURE(i);
+        CHECK(bitwise_equal(recomputed[i], read[i == 0 ? 0 : i + 1]));  // read[1]: P
+      }
+      const auto read_double = attention_pass<double, Space>(true, 2, seq, 2 * dh, true);
+      const auto recomputed_double = attention_pass<double, Space>(true, 2, seq, 2 * dh, false);
+      for (std::size_t i = 0; i < recomputed_double.size(); ++i)
+        CHECK(bitwise_equal(recomputed_double[i], read_double[i == 0 ? 0 : i + 1]));
+    }
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "Fused CPU attention trains without a (B, H, S, S) buffer unless asked to keep P",
+    "[layers][attention][allocations]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  // Long enough that P (16 MiB) outweighs the threads' scratch for blocks of rows (0.75 MiB each).
+  const int batch = 2, seq = 1024, d = 16, heads = 2;
+  const std::uint64_t square_bytes = std::uint64_t(batch) * heads * seq * seq * sizeof(float);
+  const auto x = device_from<float, Space>(random_values(batch * seq * d, 31), batch, seq, d);
+  Tensor3<float, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
+  for (const bool keep : {false, true}) {
+    MultiHeadAttentionOptions options{heads, 0.1, 5};
+    options.keep_probabilities = keep;
+    MultiHeadAttention<float, Space> mha(Space(), d, options);
+    CAPTURE(keep, mha.fused_on_cpu());
+    const AllocationCounter counter;
+    mha.forward(Space(), RunContext{true, 1}, x, y);
+    mha.backward(Space(), x, y, dx);
+    Space().fence();
+    CHECK((counter.allocated_bytes() >= square_bytes) == (keep || !mha.fused_on_cpu()));
+    CHECK((mha.saved_bytes(batch, seq) >= std::int64_t(square_bytes)) ==
+          (keep || !mha.fused_on_cpu()));
   }
 }
 
@@ -220,7 +270,7 @@ TEMPLATE_LIST_TEST_CASE(
       Tensor3<float, M> dx("dx", batch, seq, d);
       CHECK_THROWS_WITH(no_grad.backward(Space(), x, y, dx),
                         Catch::Contains("kformer::MultiHeadAttention::backward") &&
-                            Catch::Contains("kept no probabilities"));
+                            Catch::Contains("kept nothing for a backward"));
     } else {  // the staged path computes every score in the buffer anyway, and keeps it
       CHECK(counter.allocated_bytes() >= square_bytes);
       CHECK(no_grad.probabilities().size() == std::size_t(batch) * heads * seq * seq);
@@ -279,7 +329,7 @@ TEMPLATE_LIST_TEST_CASE(
     options.fused_cpu = fused_cpu;
     MultiHeadAttention<float, Space> mha(Space(), d, options);
     // Staged training holds P, its dropout copy and, in the backward, all of dP; the fused CPU
-    // path only P (it recomputes the dropout copy block by block).
+    // path only P, kept for probabilities() (it recomputes the softmax block by block).
     const char* training_need = mha.fused_on_cpu() ? "16.0 TiB" : "48.0 TiB";
     CHECK(mha.fused_on_cpu() ==
           (fused_cpu && backends::runs_on_host<Space> && backends::has_host_blas));

@@ -7,6 +7,13 @@
 // BLAS calls otherwise; the softmax rows are the staged kernels' functions. Where the products are
 // BLAS calls and a sequence is one block, the results are the staged path's bits. With several
 // blocks the backward sums dK and dV block by block.
+//
+// Where the forward did not keep P (for inspection), the backward recomputes each block's scores
+// and softmax from Q and K, as FlashAttention does: with the same functions on the same block of
+// rows they are the forward's bits. Training then holds no (B, H, S, S) buffer at all. Where P is
+// kept, the backward reads it back, which at long sequences costs less than recomputing: (4, 1024,
+// 128) h8 took 65-70 ms a training step reading, 69-71 recomputing; at TST's (32, 128, 64) h8 the
+// layer's step took 9.6-10.1 ms reading P back from memory, 9.1-9.8 recomputing it.
 #pragma once
 
 #include <algorithm>
@@ -23,11 +30,9 @@
 namespace kformer::impl {
 
 // The packed buffers of one attention pass: qkv and d_qkv (B S, 3d), context and d_context
-// (B S, d), and the (B, H, S, S) probabilities P. The probabilities with dropout (P~) and their
-// gradient are only ever a block of rows, in each task's scratch: the backward recomputes P~ from
-// P and the dropout decisions (a counter hash), so training keeps one seq^2 buffer, not two.
-// A forward with no probs (nullptr: P not kept, inference) keeps each block of P in scratch too,
-// and holds no seq^2 buffer at all.
+// (B S, d), and the (B, H, S, S) probabilities P where they are kept for inspection (nullptr
+// otherwise). P with dropout (P~), the gradients and P where it is not kept are only ever a block
+// of rows, in each task's scratch.
 template <class T>
 struct AttentionBuffers {
   int batch, heads, seq, d;
@@ -126,25 +131,30 @@ struct KeptProbabilities {
 };
 
 // Backward, one task per (b, h), its query rows block by block (dK and dV sum over the blocks),
-// the block's P~ (recomputed from P with the forward's dropout decisions `decide`), dP~ and dA
-// in the task's scratch:
-//   P~ = P m / (1 - p),  dP~ = dO[r] V^T,  dV (+)= P~[r]^T dO[r],  dA = softmax backward row by
-//   row,  dQ[r] = dA K,  dK (+)= dA^T Q[r].
-// `softmax` gives the row constants (dropout, scales); its pointers are set per block.
-template <class ExecutionSpace, class T>
+// with the block's P~, dP~ and dA in the task's scratch, and P read from buf.probs where the
+// forward kept it, recomputed in scratch otherwise (as the forward made it: `forward_rows` holds
+// its masks and dropout decisions):
+//   P = softmax rows of Q[r] K^T / sqrt(dh) (where not kept),  P~ = P m / (1 - p),
+//   dP~ = dO[r] V^T,  dV (+)= P~[r]^T dO[r],  dA = softmax backward row by row,
+//   dQ[r] = dA K,  dK (+)= dA^T Q[r].
+// `softmax` gives the backward's row constants (dropout, scales); pointers are set per block.
+template <class ExecutionSpace, class T, class KeyMask, class AttnMask>
 void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<T>& buf,
-                             const SoftmaxBackwardRows<T>& softmax,
-                             const DropoutDecisions& decide) {
+                             const SoftmaxForwardRows<T, KeyMask, AttnMask>& forward_rows, T scale,
+                             const SoftmaxBackwardRows<T>& softmax) {
   using policy_type = backends::BalancedTeamPolicy<ExecutionSpace>;
   using scratch_view = ScoreScratch<ExecutionSpace, T>;
   const int heads = buf.heads, seq = buf.seq, d = buf.d, dh = buf.head_dim();
   const int rows_per_block = buf.block_rows();
   const std::size_t block_scores = std::size_t(rows_per_block) * seq;
   const bool drop = softmax.drop;
-  const std::size_t scratch_bytes = scratch_view::shmem_size(block_scores * (drop ? 2 : 1));
-  const int level = backends::team_scratch_level<ExecutionSpace>(scratch_bytes);
+  const bool recompute = buf.probs == nullptr;
+  const std::size_t block_buffers = 1 + (recompute ? 1 : 0) + (drop ? 1 : 0);  // dP~ and dA, P, P~
   const std::uint64_t groups_per_row = (seq + 3) / 4;
   const T keep_scale = softmax.keep_scale;
+  const DropoutDecisions decide = forward_rows.decide;
+  const std::size_t scratch_bytes = scratch_view::shmem_size(block_scores * block_buffers);
+  const int level = backends::team_scratch_level<ExecutionSpace>(scratch_bytes);
   const backends::impl::HostBlasThreads blas_threads(exec);
   Kokkos::parallel_for(
       "kformer::attention::backward_host",
@@ -159,18 +169,30 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
         T* const dq = buf.d_qkv + qkv_offset;
         T* const dk = dq + d;
         T* const dv = dq + 2 * d;
-        T* const g = scratch_view(team.team_scratch(level), block_scores * (drop ? 2 : 1)).data();
-        T* const kept = g + block_scores;  // P~, when drop
+        T* const g = scratch_view(team.team_scratch(level), block_scores * block_buffers).data();
+        T* const recomputed = recompute ? g + block_scores : nullptr;
+        T* const kept = g + block_scores * (recompute ? 2 : 1);  // P~, when drop
         for (int r0 = 0; r0 < seq; r0 += rows_per_block) {
           const int rows = std::min(rows_per_block, seq - r0);
           const T beta = r0 == 0 ? T(0) : T(1);
           const std::int64_t first_row = std::int64_t(bh) * seq + r0;
-          const T* const p = buf.probs + first_row * seq;
-          if (drop)
+          const T* const p = recompute ? recomputed : buf.probs + first_row * seq;
+          if (recompute) {
+            SoftmaxForwardRows<T, KeyMask, AttnMask> block_rows = forward_rows;
+            block_rows.probs = recomputed;
+            block_rows.probs_first_row = first_row;
+            block_rows.dropped = kept;
+            block_rows.dropped_first_row = first_row;
+            head::product_nt(dh, rows, seq, scale, q + std::int64_t(r0) * 3 * d, 3 * d, k, 3 * d,
+                             recomputed, seq);
+            for (int i = 0; i < rows; ++i)
+              block_rows(backends::HostRowMember{}, first_row + i);
+          } else if (drop) {
             for (int i = 0; i < rows; ++i)
               decide.for_each_keep(std::uint64_t(first_row + i) * groups_per_row, seq,
                                    KeptProbabilities<T>{p + std::int64_t(i) * seq,
                                                         kept + std::int64_t(i) * seq, keep_scale});
+          }
           const T* const p_dropped = drop ? kept : p;
           const T* const d_out = buf.d_context + (std::int64_t(b) * seq + r0) * d + h * dh;
           head::product_nt(dh, rows, seq, T(1), d_out, d, v, 3 * d, g, seq);
