@@ -36,9 +36,11 @@ kformer-bench's (N = batch * seq):
 The encoder layer is TST's TransformerBatchNormEncoderLayer (post-norm, BatchNorm1d over batch x
 time, GELU, dropout 0.1), as kformer's TransformerEncoder with its defaults.
 
---filter selects cases whose name starts with PATTERN, or matches it as a shell glob when it has
-*, ? or [ (e.g. 'linear.*', 'scaling.seq.*'). The scaling cases run only when the filter selects
-them; without a filter every other case runs.
+--filter selects cases whose name contains PATTERN, or matches it as a shell glob when it has
+*, ? or [ (e.g. 'linear.*', 'scaling.seq.*'), as kformer-bench's --filter does. The scaling cases
+run only when the filter selects them; without a filter every other case runs. A filter that
+selects nothing, a --repeat or --threads that is not a positive whole number and a --json file that
+cannot be created are refused before anything runs.
 
 Every result has "batch" and "seq" (null where the input is not a (batch, seq, feature) tensor)
 and "peak_bytes": how far memory rose above what was allocated before the case's first run
@@ -66,6 +68,7 @@ import platform
 import resource
 import statistics
 import subprocess
+import tempfile
 import time
 
 import torch
@@ -318,11 +321,13 @@ def families():
 
 
 def selected(pattern, name):
+    """kformer-bench's --filter: a glob over the whole name if it has * ? or [, else a substring;
+    without a filter, every case but the long scaling ones."""
     if not pattern:
         return not name.startswith("scaling.")
     if any(ch in pattern for ch in "*?["):
         return fnmatch.fnmatchcase(name, pattern)
-    return name.startswith(pattern)
+    return pattern in name
 
 
 # --- peak memory ------------------------------------------------------------------------------
@@ -403,16 +408,40 @@ def git_revision():
         return "unknown"
 
 
+def whole_number(low, high):
+    """An argparse type: a whole number in [low, high], refused with a message otherwise."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"needs a whole number from {low} to {high}, got '{text}'")
+        return value
+    return parse
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--filter", default="", help="case-name prefix, or a glob with * ? [")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--filter", default="",
+                        help="part of a case name, or a glob over the whole name with * ? [")
+    parser.add_argument("--threads", type=whole_number(1, 4096), default=2)
+    parser.add_argument("--repeat", type=whole_number(1, 100000), default=20)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--json")
     parser.add_argument("--list", action="store_true", help="print the selected cases and exit")
     args = parser.parse_args()
-    args.repeat = max(1, args.repeat)
+    if not any(selected(args.filter, n) for names, _ in families() for n in names):
+        parser.error(f"no case matches --filter '{args.filter}' (--list shows the cases)")
+    if args.json:  # refused before the cases run, not after
+        if args.list:
+            parser.error("--json cannot go with --list, which records no results")
+        try:
+            with tempfile.NamedTemporaryFile(dir=os.path.dirname(os.path.abspath(args.json))):
+                pass
+        except OSError as e:
+            parser.error(f"cannot write --json {args.json}: {e.strerror}")
 
     if args.list:
         for names, _ in families():

@@ -3,16 +3,18 @@
 // and written as JSON (perf/report.py turns any number of such files, and compare_pytorch.py's,
 // into tables and charts).
 //
-//   kformer-bench [--filter TEXT] [--backend NAME] [--repeat N] [--json FILE] [--list]
+//   kformer-bench [--filter TEXT|GLOB] [--backend NAME] [--repeat N] [--json FILE] [--list]
 //   [--profile]
 //   kformer-bench report [-o DIR] RESULT.json...      (runs perf/report.py)
 //
 // Each case allocates its state when it starts and frees it when it ends, so that its
 // peak_bytes (the high-water mark of Kokkos allocations above what was live before it) is its
 // own. The scaling.* cases run only when --filter selects them.
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -419,10 +421,13 @@ std::vector<Case> scaling_cases(const Space& space) {
   return cases;
 }
 
-// The scaling cases are long and big: only an explicit filter runs them.
+// --filter: a glob over the whole name if it has * ? or [, a part of the name otherwise (as in
+// compare_pytorch.py). The scaling cases are long and big: only an explicit filter runs them.
 bool selected(const Options& o, const std::string& name) {
   if (name.rfind("limit.", 0) == 0) return true;
   if (o.filter.empty()) return name.rfind("scaling.", 0) != 0;
+  if (o.filter.find_first_of("*?[") != std::string::npos)
+    return fnmatch(o.filter.c_str(), name.c_str(), 0) == 0;
   return name.find(o.filter) != std::string::npos;
 }
 
@@ -462,6 +467,13 @@ void run_backend(const Space& space, const Options& o, nlohmann::json& results) 
       if (c.name == name) return c.rate(seconds);
     return 0.0;
   };
+
+  // A filter that selects only the limits is a typo: refuse it before timing anything.
+  if (std::none_of(cases.begin(), cases.end(), [&](const Case& c) {
+        return c.name.rfind("limit.", 0) != 0 && selected(o, c.name);
+      }))
+    kformer::fail("--filter", "no case matches '", o.filter,
+                  "' (kformer-bench --list shows the cases)");
 
   std::printf("%-36s %-32s %10s %9s %9s %11s %10s\n", "case", "shape", "median ms", "GB/s",
               "GFLOP/s", "vs baseline", "peak MiB");
@@ -554,6 +566,26 @@ std::string host_name() {
   return gethostname(name, sizeof name - 1) == 0 ? name : "unknown";
 }
 
+// --repeat's value: a whole number in [1, kMaxRepeat], or 0 for anything else.
+constexpr int kMaxRepeat = 100000;
+int positive_int(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  const bool whole = !text.empty() && *end == '\0' && errno == 0;
+  return whole && value >= 1 && value <= kMaxRepeat ? static_cast<int>(value) : 0;
+}
+
+// Why a file cannot be created at `path` (write_file_atomic's temporary next to it), or "".
+std::string cannot_write(const std::string& path) {
+  std::string probe = path + ".probe.XXXXXX";
+  const int fd = mkstemp(probe.data());
+  if (fd < 0) return std::strerror(errno);
+  close(fd);
+  std::remove(probe.c_str());
+  return "";
+}
+
 // kformer-bench report ARGS...: perf/report.py with the system Python (which has matplotlib).
 int run_report(int argc, char* argv[]) {
   const std::string script = std::string(KFORMER_PERF_DIR) + "/report.py";
@@ -586,9 +618,16 @@ int main(int argc, char* argv[]) {
       o.filter = value();
     else if (a == "--backend")
       o.backend = value();
-    else if (a == "--repeat")
-      o.repeat = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--json")
+    else if (a == "--repeat") {
+      const std::string text = value();
+      o.repeat = positive_int(text);
+      if (o.repeat == 0) {
+        std::fprintf(stderr,
+                     "kformer-bench: --repeat needs a whole number from 1 to %d, got '%s'\n",
+                     kMaxRepeat, text.c_str());
+        return 2;
+      }
+    } else if (a == "--json")
       o.json = value();
     else if (a == "--list")
       o.list = true;
@@ -598,6 +637,19 @@ int main(int argc, char* argv[]) {
       continue;
     else {
       std::fprintf(stderr, "kformer-bench: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (!o.json.empty()) {
+    // Refused before the suite runs, not after: a run takes minutes.
+    if (o.list || o.profile) {
+      std::fprintf(stderr, "kformer-bench: --json cannot go with %s, which records no results\n",
+                   o.list ? "--list" : "--profile");
+      return 2;
+    }
+    if (const std::string why = cannot_write(o.json); !why.empty()) {
+      std::fprintf(stderr, "kformer-bench: cannot write --json %s: %s\n", o.json.c_str(),
+                   why.c_str());
       return 2;
     }
   }
@@ -625,7 +677,12 @@ int main(int argc, char* argv[]) {
                           {"host", host_name()},
                           {"date", utc_now()},
                           {"results", results}};
-    kformer::write_file_atomic(o.json, doc.dump(2));
+    try {
+      kformer::write_file_atomic(o.json, doc.dump(2));
+    } catch (const kformer::Error& e) {
+      std::fprintf(stderr, "kformer-bench: error: %s\n", e.what());
+      return 2;
+    }
   }
   return 0;
 }
