@@ -20,7 +20,8 @@ report.md has
   - the speed-up of each kformer backend over each PyTorch backend on the same kind of device
     (CPU backends against "pytorch", CUDA and HIP against "pytorch-cuda") for the cases both ran
     (matched by name): PyTorch median time / kformer median time, > 1 when kformer is faster,
-    and its geometric mean;
+    and its geometric mean; each pair says whether both ran on the same number of threads (the
+    chart's legend gives the counts);
   - when scaling.seq.<S>.* (or scaling.batch.<B>.*) cases are present, the exponent p of
     time ~ seq^p and of peak_bytes ~ seq^p, fitted by least squares on log-log axes over the
     largest 4 points and over all points.
@@ -178,6 +179,19 @@ class Report:
                     pairs.append((k, p, rows))
         return pairs
 
+    def threads(self, backend):
+        """The thread count every result of backend records, or None (none or several, a GPU)."""
+        counts = {r.get("threads") for r in self.by_backend[backend].values()}
+        return counts.pop() if len(counts) == 1 and _number(next(iter(counts))) else None
+
+    def pair_label(self, k, p):
+        """"serial (1 thread) vs pytorch (2 threads)" where both record their threads (CPUs), else
+        "cuda vs pytorch-cuda"."""
+        kt, pt = self.threads(k), self.threads(p)
+        if kt is None or pt is None:
+            return f"{k} vs {p}"
+        return f"{k} ({threads_text(kt)}) vs {p} ({threads_text(pt)})"
+
     def scaling(self):
         """{(backend, "seq"|"batch", case suffix): [(value, median_s, peak_bytes or None)] sorted}."""
         series = {}
@@ -191,6 +205,10 @@ class Report:
                 peak = r.get("peak_bytes") if _number(r.get("peak_bytes")) and r["peak_bytes"] > 0 else None
                 series.setdefault((backend, dim, suffix), []).append((value, r["median_s"], peak))
         return {k: sorted(v) for k, v in series.items()}
+
+
+def threads_text(n):
+    return f"{n} thread{'' if n == 1 else 's'}"
 
 
 def fit_exponent(points):
@@ -272,6 +290,13 @@ def markdown(report, chart_notes):
                 "cases both ran, matched by name.", ""]
     for k, p, rows in pairs:
         out += [f"### {k} vs {p}", ""]
+        kt, pt = report.threads(k), report.threads(p)
+        if kt is not None and pt is not None:
+            if kt == pt:
+                out += [f"Both on {threads_text(kt)}.", ""]
+            else:
+                out += [f"Not the same threads: {k} on {threads_text(kt)}, {p} on "
+                        f"{threads_text(pt)}.", ""]
         body = []
         for case, kr, pr, s in rows:
             shape = kr.get("shape", "")
@@ -418,11 +443,11 @@ def chart_speedup(report, path, plt):
     cases = []
     for _, _, rows in pairs:
         cases += [c for c, *_ in rows if c not in cases]
-    labels = [f"{k} vs {p}" for k, p, _ in pairs]
+    labels = [report.pair_label(k, p) for k, p, _ in pairs]
     colour = dict(zip(labels, colours(labels).values()))
     fig, ax = plt.subplots(figsize=(11, panel_height(len(cases)) + 0.8))
-    grouped_barh(ax, cases, [(f"{k} vs {p}", {c: s for c, _, _, s in rows}) for k, p, rows in pairs],
-                 colour, log=True)
+    grouped_barh(ax, cases, [(label, {c: s for c, _, _, s in rows})
+                             for label, (_, _, rows) in zip(labels, pairs)], colour, log=True)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xlabel("speed-up: PyTorch time / kformer time (> 1: kformer faster)")
     ax.set_title("kformer vs PyTorch")

@@ -110,6 +110,14 @@ class ReportTest(unittest.TestCase):
             geo = math.exp(sum(map(math.log, speedups)) / len(speedups))
             self.assertEqual(table[f"geometric mean ({len(common)} cases)"][-1], f"{geo:.2f}x")
 
+    def test_speedup_threads(self):
+        # The synthetic serial run has 1 thread, openmp and PyTorch 2: the report says so.
+        serial = section(self.md, "### serial vs pytorch")
+        self.assertIn("Not the same threads: serial on 1 thread, pytorch on 2 threads.", serial)
+        openmp = section(self.md, "### openmp vs pytorch")
+        self.assertIn("Both on 2 threads.", openmp)
+        self.assertNotIn("Not the same threads", openmp)
+
     def test_limit_fractions(self):
         bench = results(BENCH)
         sgemm = next(r for r in bench if r["backend"] == "openmp" and r["case"] == "limit.sgemm")
