@@ -24,14 +24,28 @@ def main():
     parser.add_argument("--json", help="write both result sets and the ratios here")
     args = parser.parse_args()
 
+    if args.json:  # refused before the runs, not after
+        try:
+            with tempfile.NamedTemporaryFile(dir=os.path.dirname(os.path.abspath(args.json))):
+                pass
+        except OSError as e:
+            parser.error(f"cannot write --json {args.json}: {e.strerror}")
+
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_PROC_BIND="spread", OMP_PLACES="threads")
     with tempfile.TemporaryDirectory() as tmp:
         ours, theirs = os.path.join(tmp, "kformer.json"), os.path.join(tmp, "pytorch.json")
-        subprocess.run([args.bench, "--backend", "openmp", "--filter", args.filter, "--repeat",
-                        str(args.repeat), "--json", ours], env=env, check=True, stdout=sys.stderr)
-        subprocess.run([sys.executable, os.path.join(here, "compare_pytorch.py"), "--filter", args.filter,
-                        "--threads", str(args.threads), "--repeat", str(args.repeat), "--json", theirs],
-                       env=env, check=True, stdout=sys.stderr)
+        runs = [("kformer-bench", [args.bench, "--backend", "openmp", "--filter", args.filter, "--repeat",
+                                   str(args.repeat), "--json", ours]),
+                ("compare_pytorch.py", [sys.executable, os.path.join(here, "compare_pytorch.py"), "--filter",
+                                        args.filter, "--threads", str(args.threads), "--repeat",
+                                        str(args.repeat), "--json", theirs])]
+        for name, command in runs:
+            try:
+                status = subprocess.run(command, env=env, stdout=sys.stderr).returncode
+            except OSError as e:
+                sys.exit(f"side_by_side.py: cannot run {command[0]}: {e.strerror}")
+            if status != 0:  # its own message is above
+                sys.exit(f"side_by_side.py: {name} failed (exit status {status})")
         kformer = {r["case"]: r for r in json.load(open(ours))["results"]}
         pytorch = {r["case"]: r for r in json.load(open(theirs))["results"]}
 
