@@ -15,13 +15,16 @@ report.md has
     bench's own side-by-side ratio (ratio_to_baseline) where the result has one, else the rate
     over limit.sgemm (GFLOP/s) or limit.copy (GB/s) of the same document and backend. A document
     without limits (PyTorch's) borrows them from a kformer-bench document of the same "host"
-    (openmp or threads for "pytorch", cuda or hip for "pytorch-cuda"), which the table says.
+    (openmp, threads or serial for "pytorch", cuda or hip for "pytorch-cuda"; one run on the
+    same number of threads first), which the table says.
     Targets: 0.9 of the limit for memory-bound cases, 0.6 for GEMM-bound ones;
   - the speed-up of each kformer backend over each PyTorch backend on the same kind of device
     (CPU backends against "pytorch", CUDA and HIP against "pytorch-cuda") for the cases both ran
     (matched by name): PyTorch median time / kformer median time, > 1 when kformer is faster,
     and its geometric mean; each pair says whether both ran on the same number of threads (the
-    chart's legend gives the counts);
+    chart's legend gives the counts). PyTorch documents of several thread counts are kept apart
+    ("pytorch (1 thread)", "pytorch (2 threads)"), and a kformer backend is compared only with
+    those on its own number of threads where there are any;
   - when scaling.seq.<S>.* (or scaling.batch.<B>.*) cases are present, the exponent p of
     time ~ seq^p and of peak_bytes ~ seq^p, fitted by least squares on log-log axes over the
     largest 4 points and over all points.
@@ -46,7 +49,7 @@ TARGETS = {"memory": 0.9, "compute": 0.6}  # fraction of limit.copy / limit.sgem
 CHARTS = ("throughput.png", "limits.png", "speedup.png", "scaling.png")
 BACKEND_ORDER = ["serial", "openmp", "threads", "cuda", "hip", "pytorch", "pytorch-cuda"]
 # Where a document without limits borrows them (same host only).
-BORROW = {"pytorch": ["openmp", "threads"], "pytorch-cuda": ["cuda", "hip"]}
+BORROW = {"pytorch": ["openmp", "threads", "serial"], "pytorch-cuda": ["cuda", "hip"]}
 # The kformer backends each PyTorch backend is compared with: the same kind of device.
 SAME_DEVICE = {"pytorch": ["serial", "openmp", "threads"], "pytorch-cuda": ["cuda", "hip"]}
 SCALING = re.compile(r"^scaling\.(seq|batch)\.(\d+)\.(.+)$")
@@ -58,6 +61,15 @@ class InputError(Exception):
 
 def is_pytorch(backend):
     return backend.startswith("pytorch")
+
+
+def base_backend(backend):
+    """The backend's name without a thread count: "pytorch (1 thread)" -> "pytorch"."""
+    return backend.split(" (")[0]
+
+
+def threads_text(n):
+    return f"{n} thread{'' if n == 1 else 's'}"
 
 
 def _number(value):
@@ -108,7 +120,8 @@ def load(path, index):
 
 
 def backend_key(backend):
-    return (BACKEND_ORDER.index(backend) if backend in BACKEND_ORDER else len(BACKEND_ORDER), backend)
+    base = base_backend(backend)
+    return (BACKEND_ORDER.index(base) if base in BACKEND_ORDER else len(BACKEND_ORDER), backend)
 
 
 # --- the analysis ------------------------------------------------------------------------------
@@ -117,6 +130,17 @@ class Report:
         self.docs = [meta for meta, _ in docs]
         self.notes = []
         self.by_backend = {}  # backend -> {case: row}, case order = order of first appearance
+        # PyTorch runs on several thread counts (compare_pytorch.py --threads) are kept apart, as
+        # "pytorch (N threads)", so that each kformer backend meets the run on its own threads.
+        counts = {}
+        for _, rows in docs:
+            for r in rows:
+                if is_pytorch(r["backend"]) and _number(r.get("threads")):
+                    counts.setdefault(r["backend"], set()).add(r["threads"])
+        for _, rows in docs:
+            for r in rows:
+                if len(counts.get(r["backend"], ())) > 1 and _number(r.get("threads")):
+                    r["backend"] = f"{r['backend']} ({threads_text(r['threads'])})"
         for meta, rows in docs:
             for r in rows:
                 cases = self.by_backend.setdefault(r["backend"], {})
@@ -129,8 +153,11 @@ class Report:
         # Each document's own limits, also where a later document's row of the same case is the
         # one shown: a row is compared with the limits measured in its own run.
         self.limits = {}  # (doc, backend) -> {"memory": GB/s, "compute": GFLOP/s}
+        self.limit_threads = {}  # (doc, backend) -> the threads its limits ran on
         for _, rows in docs:
             for r in rows:
+                if r["case"].startswith("limit."):
+                    self.limit_threads[(r["doc"], r["backend"])] = r.get("threads")
                 if r["case"] == "limit.copy" and r["bytes"] > 0:
                     self.limits.setdefault((r["doc"], r["backend"]), {})["memory"] = r["rate"]
                 elif r["case"] == "limit.sgemm" and r["flops"] > 0:
@@ -149,10 +176,14 @@ class Report:
         host = self.docs[doc].get("host")
         if not host:
             return None, None
-        for other in [backend] + BORROW.get(backend, []):
-            for (d, b), limits in sorted(self.limits.items()):
-                if b == other and d != doc and self.docs[d].get("host") == host and limits.get(kind):
-                    return limits[kind], f"{name} of {other} ({os.path.basename(self.docs[d]['file'])}, same host)"
+        # Limits measured on the row's own number of threads first (PyTorch on 1 thread: Serial's).
+        threads = r.get("threads")
+        for same_threads in (True, False):
+            for other in [backend] + BORROW.get(base_backend(backend), []):
+                for (d, b), limits in sorted(self.limits.items()):
+                    if (b == other and d != doc and self.docs[d].get("host") == host and limits.get(kind)
+                            and (not same_threads or self.limit_threads.get((d, b)) == threads)):
+                        return limits[kind], f"{name} of {other} ({os.path.basename(self.docs[d]['file'])}, same host)"
         return None, None
 
     def fraction(self, r):
@@ -164,14 +195,18 @@ class Report:
         return (r["rate"] / limit, how) if limit else (None, None)
 
     def speedups(self):
-        """[(kformer backend, pytorch backend, [(case, kformer row, pytorch row, speed-up)])]."""
+        """[(kformer backend, pytorch backend, [(case, kformer row, pytorch row, speed-up)])]: each
+        kformer backend against the PyTorch runs on its kind of device, only those on its own
+        number of threads where there are such."""
         pairs = []
         for k in self.backends:
             if is_pytorch(k):
                 continue
-            for p in self.backends:
-                if not is_pytorch(p) or k not in SAME_DEVICE.get(p, [k]):
-                    continue
+            candidates = [p for p in self.backends
+                          if is_pytorch(p) and k in SAME_DEVICE.get(base_backend(p), [k])]
+            kt = self.threads(k)
+            same_threads = [p for p in candidates if kt is not None and self.threads(p) == kt]
+            for p in same_threads or candidates:
                 common = [c for c in self.by_backend[k] if c in self.by_backend[p]]
                 rows = [(c, self.by_backend[k][c], self.by_backend[p][c],
                          self.by_backend[p][c]["median_s"] / self.by_backend[k][c]["median_s"]) for c in common]
@@ -190,7 +225,7 @@ class Report:
         kt, pt = self.threads(k), self.threads(p)
         if kt is None or pt is None:
             return f"{k} vs {p}"
-        return f"{k} ({threads_text(kt)}) vs {p} ({threads_text(pt)})"
+        return f"{base_backend(k)} ({threads_text(kt)}) vs {base_backend(p)} ({threads_text(pt)})"
 
     def scaling(self):
         """{(backend, "seq"|"batch", case suffix): [(value, median_s, peak_bytes or None)] sorted}."""
@@ -205,10 +240,6 @@ class Report:
                 peak = r.get("peak_bytes") if _number(r.get("peak_bytes")) and r["peak_bytes"] > 0 else None
                 series.setdefault((backend, dim, suffix), []).append((value, r["median_s"], peak))
         return {k: sorted(v) for k, v in series.items()}
-
-
-def threads_text(n):
-    return f"{n} thread{'' if n == 1 else 's'}"
 
 
 def fit_exponent(points):

@@ -118,6 +118,39 @@ class ReportTest(unittest.TestCase):
         self.assertIn("Both on 2 threads.", openmp)
         self.assertNotIn("Not the same threads", openmp)
 
+    def test_pytorch_on_several_thread_counts(self):
+        # A second PyTorch run on 1 thread, 1.7x slower: Serial (1 thread) is compared with it
+        # alone, OpenMP (2 threads) with the 2-thread run alone.
+        with open(TORCH) as f:
+            doc = json.load(f)
+        for r in doc["results"]:
+            r["threads"] = 1
+            r["device"] = "x86_64 (1 thread)"
+            r["median_s"] *= 1.7
+        torch2 = {r["case"]: r["median_s"] for r in results(TORCH)}
+        with tempfile.TemporaryDirectory() as tmp:
+            one_thread = os.path.join(tmp, "pytorch_1thread.json")
+            with open(one_thread, "w") as f:
+                json.dump(doc, f)
+            proc = run_report(os.path.join(tmp, "out"), BENCH, TORCH, one_thread)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            md = read(os.path.join(tmp, "out", "report.md"))
+        self.assertNotIn("### serial vs pytorch (2 threads)", md)
+        self.assertNotIn("### openmp vs pytorch (1 thread)", md)
+        for backend, threads, scale in (("serial", "1 thread", 1.7), ("openmp", "2 threads", 1.0)):
+            text = section(md, f"### {backend} vs pytorch ({threads})")
+            self.assertIn(f"Both on {threads}.", text)
+            table = rows(text)
+            ours = {r["case"]: r["median_s"] for r in results(BENCH) if r["backend"] == backend}
+            common = [c for c in ours if c in torch2]
+            self.assertGreaterEqual(len(common), 5)
+            for case in common:
+                self.assertEqual(table[case][-1], f"{torch2[case] * scale / ours[case]:.2f}x", case)
+        # The 1-thread run's fractions of the limit use Serial's limits (1 thread, same host).
+        own = section(md, "### pytorch (1 thread) — x86_64 (1 thread)")
+        self.assertIn("limit.sgemm of serial", own)
+        self.assertNotIn("limit.sgemm of openmp", own)
+
     def test_limit_fractions(self):
         bench = results(BENCH)
         sgemm = next(r for r in bench if r["backend"] == "openmp" and r["case"] == "limit.sgemm")
