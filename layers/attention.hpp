@@ -20,9 +20,9 @@
 // path (GPUs) the probabilities P: B H S^2, the term that grows with the square of the sequence,
 // with dropout also P~. The fused CPU path holds P only for probabilities() (keep_probabilities,
 // PyTorch's need_weights) and reads it back in the backward; without it, it holds no B H S^2
-// buffer and the backward recomputes P block by block from Q, K and the forward's masks, which
-// must then not change before the backward. P~ it always recomputes from P and the dropout
-// decisions, a counter hash of (seed, step, element).
+// buffer and the backward recomputes P block by block from Q, K and copies of the forward's masks
+// (B S bools, S^2 values: the caller may reuse the masks' memory before the backward). P~ it
+// always recomputes from P and the dropout decisions, a counter hash of (seed, step, element).
 #pragma once
 
 #include <cmath>
@@ -115,7 +115,8 @@ class MultiHeadAttention {
     out_proj_.zero_grad(exec);
   }
 
-  // Bytes held between forward and backward for a (batch, seq) input in training.
+  // Bytes held between forward and backward for a (batch, seq) input in training (where the
+  // backward recomputes P, copies of the masks passed add B S bools and S^2 values).
   std::int64_t saved_bytes(std::int64_t batch, std::int64_t seq) const {
     return forward_bytes(batch, seq, true, keep_probabilities_ || !fused_on_cpu()).total();
   }
@@ -140,9 +141,16 @@ class MultiHeadAttention {
     seq_ = seq;
     probs_kept_ = keep_probs;
     grad_ = ctx.grad;
-    // The fused backward recomputes the softmax with them; nothing else holds on to them.
-    key_padding_mask_ = ctx.grad ? key_padding_mask : Mask();
-    attn_mask_ = ctx.grad ? attn_mask : ConstMatrix();
+    // Where P is not kept, the fused backward recomputes the softmax with the masks: from copies,
+    // so that a caller who fills the next batch's masks into the same memory before this
+    // backward still gets this forward's gradients.
+    const bool recompute = ctx.grad && !keep_probs;
+    key_padding_mask_ = recompute && key_padding_mask.data() != nullptr
+                            ? copy_into(exec, key_padding_mask, key_padding_mask_copy_)
+                            : Mask();
+    attn_mask_ = recompute && attn_mask.data() != nullptr
+                     ? copy_into(exec, attn_mask, attn_mask_copy_)
+                     : ConstMatrix();
     const std::int64_t n = std::int64_t(batch) * seq;
     const int d = d_, h = heads_, dh = d_ / heads_;
     dropout_active_ = ctx.training && dropout_ > 0.0;
@@ -296,8 +304,8 @@ class MultiHeadAttention {
   bool grad_ = false;       // whether the last forward ran with grad
   bool dropout_active_ = false;
   std::uint64_t step_ = 0;  // the last forward's, for the fused backward's dropout decisions
-  Mask key_padding_mask_;   // the last forward's masks, for the fused backward (with grad)
-  ConstMatrix attn_mask_;
+  Mask key_padding_mask_;   // the last forward's masks, for a fused backward that recomputes P:
+  ConstMatrix attn_mask_;   // views of the copies below, empty otherwise
   int batch_ = 0, seq_ = 0;
   Linear<T, ExecutionSpace> in_proj_, out_proj_;
   // The bytes of a pass's buffers for a (batch, seq) input: the (batch, heads, seq, seq) score
@@ -349,6 +357,17 @@ class MultiHeadAttention {
   GrowingBuffer<T, memory_space> d_context_{"kformer::MultiHeadAttention::d_context"};
   GrowingBuffer<T, memory_space> d_probs_{"kformer::MultiHeadAttention::d_probs"};
   GrowingBuffer<T, memory_space> d_qkv_{"kformer::MultiHeadAttention::d_qkv"};
+  GrowingBuffer<bool, memory_space> key_padding_mask_copy_{
+      "kformer::MultiHeadAttention::key_padding_mask"};
+  GrowingBuffer<T, memory_space> attn_mask_copy_{"kformer::MultiHeadAttention::attn_mask"};
+
+  // A copy of a (rows, cols) mask in buffer's storage, made on exec.
+  template <class MaskView, class Buffer>
+  static auto copy_into(const ExecutionSpace& exec, const MaskView& mask, Buffer& buffer) {
+    const auto copy = buffer.view(mask.extent(0), mask.extent(1));
+    Kokkos::deep_copy(exec, copy, mask);
+    return copy;
+  }
 };
 
 }  // namespace kformer

@@ -132,10 +132,13 @@ TEMPLATE_LIST_TEST_CASE("A query whose keys are all masked attends to nothing",
 namespace {
 
 // One training forward and backward of attention with dropout, a padding mask and an additive
-// mask: output, probabilities (when kept), input gradient and parameter gradients.
+// mask: output, probabilities (when kept), input gradient and parameter gradients. With
+// reuse_masks the caller's masks are overwritten between the forward and the backward (the next
+// batch's masks filled into the same memory).
 template <class T, class Space>
 std::vector<std::vector<double>> attention_pass(bool fused_cpu, int batch, int seq, int d,
-                                                bool keep_probabilities = true) {
+                                                bool keep_probabilities = true,
+                                                bool reuse_masks = false) {
   using M = MemorySpaceOf<Space>;
   MultiHeadAttentionOptions options{2, 0.2, 11};
   options.fused_cpu = fused_cpu;
@@ -155,6 +158,10 @@ std::vector<std::vector<double>> attention_pass(bool fused_cpu, int batch, int s
   const auto attn_mask = device_from<T, Space>(mask_values, seq, seq);
   Tensor3<T, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
   mha.forward(Space(), RunContext{true, 3}, x, y, kpm, attn_mask);
+  if (reuse_masks) {
+    Kokkos::deep_copy(kpm, padding_mask<Space>(batch, seq, std::vector<int>(batch, 1)));
+    Kokkos::deep_copy(attn_mask, T(0.5));
+  }
   mha.backward(Space(), x, dy, dx);
   std::vector<std::vector<double>> out = {host_values(y)};
   if (keep_probabilities) out.push_back(host_values(mha.probabilities()));
@@ -211,6 +218,26 @@ TEMPLATE_LIST_TEST_CASE(
       for (std::size_t i = 0; i < recomputed_double.size(); ++i)
         CHECK(bitwise_equal(recomputed_double[i], read_double[i == 0 ? 0 : i + 1]));
     }
+}
+
+TEMPLATE_LIST_TEST_CASE(
+    "Attention's backward uses the forward's masks when the caller reuses their memory before it",
+    "[layers][attention]", backends::EnabledSpaces) {
+  using Space = TestType;
+  // The recomputing backward (P not kept) works from copies of the masks; the reading one and
+  // the staged path do not need them. Each must give the bits of an untouched run.
+  for (const bool fused_cpu : {false, true})
+    for (const bool keep : {false, true})
+      for (const int seq : {9, 300}) {
+        CAPTURE(fused_cpu, keep, seq);
+        const auto untouched = attention_pass<float, Space>(fused_cpu, 2, seq, 16, keep, false);
+        const auto reused = attention_pass<float, Space>(fused_cpu, 2, seq, 16, keep, true);
+        REQUIRE(untouched.size() == reused.size());
+        for (std::size_t i = 0; i < untouched.size(); ++i) {
+          CAPTURE(i);
+          CHECK(bitwise_equal(reused[i], untouched[i]));
+        }
+      }
 }
 
 TEMPLATE_LIST_TEST_CASE(
