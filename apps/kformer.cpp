@@ -496,6 +496,7 @@ int main(int argc, char* argv[]) {
   try {
     switch (command) {
       case Command::Info:
+        backends::dispatch(backend, [](auto) {});  // a --backend that is not enabled is refused
         backends::print_backends(std::cout, true);
         break;
       case Command::Encode:

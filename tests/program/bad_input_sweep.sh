@@ -95,6 +95,7 @@ expect "unknown activation" "$out" -- pretrain --data "$data/regression_train.ts
 expect "output dir is a file" - -- pretrain --data "$data/regression_train.ts" "${small[@]}" --output-dir "$work/a_file/x"
 expect "backend not enabled" "$out" -- --backend cuda pretrain --data "$data/regression_train.ts" "${small[@]}" --output-dir "$out"
 expect "unknown backend" "$out" -- --backend tpu pretrain --data "$data/regression_train.ts" "${small[@]}" --output-dir "$out"
+expect "unknown backend, info" - -- --backend tpu info
 expect "checkpoint missing" - -- evaluate --checkpoint "$work/nope" --data "$data/regression_test.ts"
 expect "checkpoint truncated" - -- evaluate --checkpoint "$work/broken" --data "$data/regression_test.ts"
 expect "resume from a truncated checkpoint" - -- pretrain --data "$data/regression_train.ts" "${small[@]}" --output-dir "$work/broken" --resume
