@@ -1,9 +1,21 @@
 #include "cli.hpp"
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace kformer::app {
 namespace {
+
+// A 64-bit seed. CLI11 reads "-1" into an unsigned option as 2^64 - 1; a minus sign is refused.
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text.find('-') == std::string::npos) return "";
+        return text + " is not a seed (a whole number from 0 to 18446744073709551615)";
+      },
+      "", "seed");
+}
 
 void add_data_options(CLI::App* cmd, DataOptions& d, bool with_test) {
   cmd->add_option("--data", d.train,
@@ -53,7 +65,7 @@ void add_training_options(CLI::App* cmd, TrainCliOptions& t) {
   cmd->add_option("--mask-distribution", t.mask_distribution, "geometric or bernoulli");
   cmd->add_option("--exclude-features", t.exclude_features, "features never masked");
   cmd->add_option("--forecast", t.forecast_horizon, "pretraining: mask the last N steps instead");
-  cmd->add_option("--seed", t.seed, "seed for batches, masks and dropout");
+  cmd->add_option("--seed", t.seed, "seed for batches, masks and dropout")->check(seed_value());
   cmd->add_flag("--check-finite", t.check_finite,
                 "stop at the first layer that produces a NaN or Inf, naming it (slower)");
 }
@@ -70,7 +82,7 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
   app.add_option("--precision", o.precision, "float or double")
       ->check(CLI::IsMember({"float", "double"}));
   app.add_flag("--no-progress", o.no_progress, "plain lines instead of a progress bar");
-  app.add_option("--demo-seed", o.demo_seed, "seed of the default job's data");
+  app.add_option("--demo-seed", o.demo_seed, "seed of the default job's data")->check(seed_value());
   app.add_flag("--reproducible", o.reproducible,
                "the same bits for any number of threads (host GEMMs as fixed tiles; slower)");
   // The options above may also follow the subcommand: `kformer encode ... --backend serial`.

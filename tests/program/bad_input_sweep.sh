@@ -96,6 +96,8 @@ expect "output dir is a file" - -- pretrain --data "$data/regression_train.ts" "
 expect "backend not enabled" "$out" -- --backend cuda pretrain --data "$data/regression_train.ts" "${small[@]}" --output-dir "$out"
 expect "unknown backend" "$out" -- --backend tpu pretrain --data "$data/regression_train.ts" "${small[@]}" --output-dir "$out"
 expect "unknown backend, info" - -- --backend tpu info
+expect "negative seed" "$out" -- pretrain --data "$data/regression_train.ts" "${small[@]}" --seed -1 --output-dir "$out"
+expect "negative data seed" "$work/generated" -- --demo-seed -1 generate-data --output-dir "$work/generated"
 expect "checkpoint missing" - -- evaluate --checkpoint "$work/nope" --data "$data/regression_test.ts"
 expect "checkpoint truncated" - -- evaluate --checkpoint "$work/broken" --data "$data/regression_test.ts"
 expect "resume from a truncated checkpoint" - -- pretrain --data "$data/regression_train.ts" "${small[@]}" --output-dir "$work/broken" --resume
