@@ -152,16 +152,18 @@ class Report:
         self.backends = sorted(self.by_backend, key=backend_key)
         # Each document's own limits, also where a later document's row of the same case is the
         # one shown: a row is compared with the limits measured in its own run.
-        self.limits = {}  # (doc, backend) -> {"memory": GB/s, "compute": GFLOP/s}
-        self.limit_threads = {}  # (doc, backend) -> the threads its limits ran on
+        # (doc, backend) -> {"memory": GB/s, "compute": GFLOP/s, "threads": the limits' threads}
+        self.limits = {}
         for _, rows in docs:
             for r in rows:
-                if r["case"].startswith("limit."):
-                    self.limit_threads[(r["doc"], r["backend"])] = r.get("threads")
                 if r["case"] == "limit.copy" and r["bytes"] > 0:
-                    self.limits.setdefault((r["doc"], r["backend"]), {})["memory"] = r["rate"]
+                    kind = "memory"
                 elif r["case"] == "limit.sgemm" and r["flops"] > 0:
-                    self.limits.setdefault((r["doc"], r["backend"]), {})["compute"] = r["rate"]
+                    kind = "compute"
+                else:
+                    continue
+                limits = self.limits.setdefault((r["doc"], r["backend"]), {})
+                limits[kind], limits["threads"] = r["rate"], r.get("threads")
         for cases in self.by_backend.values():
             for r in cases.values():
                 r["fraction"], r["reference"] = self.fraction(r)
@@ -182,7 +184,7 @@ class Report:
             for other in [backend] + BORROW.get(base_backend(backend), []):
                 for (d, b), limits in sorted(self.limits.items()):
                     if (b == other and d != doc and self.docs[d].get("host") == host and limits.get(kind)
-                            and (not same_threads or self.limit_threads.get((d, b)) == threads)):
+                            and (not same_threads or limits["threads"] == threads)):
                         return limits[kind], f"{name} of {other} ({os.path.basename(self.docs[d]['file'])}, same host)"
         return None, None
 
