@@ -5,7 +5,8 @@ so that reports (perf/report.py) can show kformer/PyTorch ratios side by side.
     /usr/bin/python3 perf/compare_pytorch.py [--filter PATTERN] [--threads N] [--repeat N]
                                              [--device cpu|cuda] [--json FILE] [--list]
 
-Needs Debian's python3-torch (1.13). Cases have the same names, shapes and FLOP counts as
+Timing needs Debian's python3-torch (1.13); --list and the checks of the arguments run without it.
+The cases (perf/pytorch_cases.py, which must lie beside this file) have the same names, shapes and FLOP counts as
 kformer-bench's (N = batch * seq):
 
   encoding.*                         x + pe[:seq] with a cached table, as PyTorch implementations
@@ -62,7 +63,6 @@ import datetime
 import fnmatch
 import gc
 import json
-import math
 import os
 import platform
 import resource
@@ -71,219 +71,7 @@ import subprocess
 import tempfile
 import time
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class BatchNormEncoderLayer(nn.Module):
-    """TST's TransformerBatchNormEncoderLayer, batch-first at its interface."""
-
-    def __init__(self, d, heads, ff, dropout):
-        super().__init__()
-        self.self_attn = nn.MultiheadAttention(d, heads, dropout=dropout)
-        self.linear1 = nn.Linear(d, ff)
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(ff, d)
-        self.norm1 = nn.BatchNorm1d(d, eps=1e-5)
-        self.norm2 = nn.BatchNorm1d(d, eps=1e-5)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-
-    def forward(self, src):  # (seq, batch, d), as TST
-        src2 = self.self_attn(src, src, src)[0]
-        src = src + self.dropout1(src2)
-        src = self.norm1(src.permute(1, 2, 0)).permute(2, 0, 1)
-        src2 = self.linear2(self.dropout(F.gelu(self.linear1(src))))
-        src = src + self.dropout2(src2)
-        return self.norm2(src.permute(1, 2, 0)).permute(2, 0, 1)
-
-
-class Encoder(nn.Module):
-    def __init__(self, layers, d, heads, ff, dropout=0.1):
-        super().__init__()
-        self.layers = nn.ModuleList([BatchNormEncoderLayer(d, heads, ff, dropout) for _ in range(layers)])
-
-    def forward(self, x):  # (batch, seq, d)
-        x = x.transpose(0, 1)
-        for layer in self.layers:
-            x = layer(x)
-        return x.transpose(0, 1)
-
-
-def sinusoid_table(seq, dim):
-    position = torch.arange(seq, dtype=torch.float).unsqueeze(1)
-    div = torch.exp(torch.arange(0, dim, 2).float() * (-math.log(10000.0) / dim))
-    pe = torch.zeros(seq, dim)
-    pe[:, 0::2] = torch.sin(position * div)
-    pe[:, 1::2] = torch.cos(position * div)
-    return pe
-
-
-class TSTClassifier(nn.Module):
-    """TST's TSTransformerEncoderClassiregressor (fixed encoding, BatchNorm, GELU), for inputs
-    without padding: the padding mask is neither passed to attention nor multiplied in."""
-
-    def __init__(self, feat, seq, d, heads, ff, layers, classes, dropout=0.1):
-        super().__init__()
-        self.d = d
-        self.project_inp = nn.Linear(feat, d)
-        self.register_buffer("pe", sinusoid_table(seq, d))
-        self.pos_dropout = nn.Dropout(dropout)
-        self.encoder = Encoder(layers, d, heads, ff, dropout)
-        self.dropout1 = nn.Dropout(dropout)
-        self.output_layer = nn.Linear(seq * d, classes)
-
-    def forward(self, x):  # (batch, seq, feat)
-        h = self.project_inp(x) * math.sqrt(self.d)
-        h = self.pos_dropout(h + self.pe[: x.size(1)])
-        h = self.dropout1(F.gelu(self.encoder(h)))
-        return self.output_layer(h.reshape(h.size(0), -1))
-
-
-class Case:
-    def __init__(self, name, shape, nbytes, flops, run, batch=None, seq=None):
-        self.name, self.shape, self.bytes, self.flops, self.run = name, shape, float(nbytes), float(flops), run
-        self.batch, self.seq = batch, seq
-
-
-def attention_flops(batch, seq, d):
-    n = batch * seq
-    return 2.0 * n * d * 3 * d + 4.0 * batch * seq * seq * d + 2.0 * n * d * d
-
-
-def layer_flops(batch, seq, d, ff):
-    return attention_flops(batch, seq, d) + 4.0 * batch * seq * d * ff
-
-
-def randn(dev, *shape):
-    return torch.randn(*shape).to(dev)
-
-
-def train_step_of(model, x, dy):
-    """forward in train mode + backward of a fixed output gradient; parameter gradients are reset
-    (set to None) first, so that nothing accumulates."""
-    xg = x.clone().requires_grad_(True)
-
-    def train_step():
-        model.train()
-        for p in model.parameters():
-            p.grad = None
-        xg.grad = None
-        model(xg).backward(dy)
-
-    return train_step
-
-
-def encoder_cases(dev, prefix, batch, seq, d, heads, ff, layers, shape=None, train=True, forward=True):
-    model = Encoder(layers, d, heads, ff).to(dev)
-    x = torch.full((batch, seq, d), 0.5, device=dev)
-    dy = torch.full((batch, seq, d), 0.01, device=dev)
-    forward_flops = layers * layer_flops(batch, seq, d, ff)
-    shape = shape or f"({batch}, {seq}, {d}) h{heads} ff{ff} L{layers}"
-
-    def run_forward():
-        model.eval()
-        with torch.no_grad():
-            model(x)
-
-    cases = []
-    if forward:
-        cases.append(Case(f"{prefix}.forward", shape, 0, forward_flops, run_forward, batch, seq))
-    if train:
-        cases.append(Case(f"{prefix}.train_step", shape, 0, 3 * forward_flops, train_step_of(model, x, dy),
-                          batch, seq))
-    return cases
-
-
-def encoding_cases(dev):
-    batch, seq, dim = 8, 4096, 512
-    x = torch.full((batch, seq, dim), 0.5, device=dev)
-    y = torch.zeros_like(x)  # touched now, so that its first touch is not counted in peak_bytes
-    pe = sinusoid_table(seq, dim).to(dev)
-    shape = "(8, 4096, 512) float"
-    tensor_bytes = x.numel() * 4
-    return [Case("encoding.copy", shape, 2.0 * tensor_bytes, 0, lambda: y.copy_(x), batch, seq),
-            Case("encoding.fixed.add", shape, 2.0 * tensor_bytes, 0, lambda: torch.add(x, pe, out=y), batch, seq),
-            Case("encoding.fixed.inplace", shape, 2.0 * tensor_bytes, 0, lambda: y.add_(pe), batch, seq)]
-
-
-def linear_cases(dev):
-    rows, fin, fout = 8192, 512, 2048
-    layer = nn.Linear(fin, fout).to(dev)
-    x = randn(dev, rows, fin)
-    shape = f"({rows}, {fin}) -> {fout}"
-    flops = 2.0 * rows * fin * fout
-
-    def forward():
-        with torch.no_grad():
-            layer(x)
-
-    xg = x.clone().requires_grad_(True)
-    y = layer(xg)  # one graph, retained: every run is the same backward
-    dy = randn(dev, rows, fout)
-
-    def backward():
-        for p in layer.parameters():
-            p.grad = None
-        xg.grad = None
-        y.backward(dy, retain_graph=True)
-
-    return [Case("linear.forward", shape, 0, flops, forward),
-            Case("linear.backward", shape, 0, 2 * flops, backward)]
-
-
-def attention_cases(dev, tag, batch, seq, d, heads=8):
-    attn = nn.MultiheadAttention(d, heads, dropout=0.1, batch_first=True).to(dev)
-    x = randn(dev, batch, seq, d)
-    dy = randn(dev, batch, seq, d) * 0.01
-    shape = f"({batch}, {seq}, {d}) h{heads}"
-    flops = attention_flops(batch, seq, d)
-
-    def forward():
-        attn.eval()
-        with torch.no_grad():
-            attn(x, x, x, need_weights=False)
-
-    xg = x.clone().requires_grad_(True)
-
-    def train_step():
-        attn.train()
-        for p in attn.parameters():
-            p.grad = None
-        xg.grad = None
-        attn(xg, xg, xg, need_weights=False)[0].backward(dy)
-
-    return [Case(f"attention.{tag}.forward", shape, 0, flops, forward, batch, seq),
-            Case(f"attention.{tag}.train_step", shape, 0, 3 * flops, train_step, batch, seq)]
-
-
-def tst_cases(dev, batch=32, seq=128, feat=8, d=64, heads=8, ff=256, layers=3, classes=4):
-    model = TSTClassifier(feat, seq, d, heads, ff, layers, classes).to(dev)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-    x = randn(dev, batch, seq, feat)
-    labels = torch.randint(0, classes, (batch,)).to(dev)
-    n = batch * seq
-    flops = 2.0 * n * feat * d + layers * layer_flops(batch, seq, d, ff) + 2.0 * batch * (seq * d) * classes
-    shape = f"({batch}, {seq}, {feat}) d{d} h{heads} ff{ff} L{layers} c{classes}"
-
-    def inference():
-        model.eval()
-        with torch.no_grad():
-            model(x)
-
-    def train_step():
-        model.train()
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(x), labels).backward()
-        optimizer.step()
-
-    return [Case("tst.default.inference", shape, 0, flops, inference, batch, seq),
-            Case("tst.default.train_step", shape, 0, 3 * flops, train_step, batch, seq)]
-
 
 SCALING_SEQ = [64, 128, 256, 512, 1024, 2048, 4096]
 SCALING_BATCH = [1, 4, 16, 64]
@@ -293,27 +81,29 @@ def scaling_family(kind, value):
     batch, seq = (4, value) if kind == "seq" else (value, 256)
     shape = f"({batch}, {seq}, 64) h8 ff256 L1"
     return ([f"scaling.{kind}.{value}.train_step"],
-            lambda dev: encoder_cases(dev, f"scaling.{kind}.{value}", batch, seq, 64, 8, 256, 1, shape,
-                                      forward=False))
+            lambda cases, dev: cases.encoder_cases(dev, f"scaling.{kind}.{value}", batch, seq, 64, 8, 256,
+                                                   1, shape, forward=False))
 
 
 def families():
-    """(case names, builder): a builder allocates its tensors only when one of its names is selected."""
+    """(case names, builder): builder(cases, dev) makes the cases with perf/pytorch_cases.py (cases)
+    and allocates their tensors, called only when one of its names is selected."""
     fams = [
-        (["encoding.copy", "encoding.fixed.add", "encoding.fixed.inplace"], encoding_cases),
-        (["linear.forward", "linear.backward"], linear_cases),
+        (["encoding.copy", "encoding.fixed.add", "encoding.fixed.inplace"],
+         lambda cases, dev: cases.encoding_cases(dev)),
+        (["linear.forward", "linear.backward"], lambda cases, dev: cases.linear_cases(dev)),
         (["attention.tst_default.forward", "attention.tst_default.train_step"],
-         lambda dev: attention_cases(dev, "tst_default", 32, 64, 64)),
+         lambda cases, dev: cases.attention_cases(dev, "tst_default", 32, 64, 64)),
         (["attention.long.forward", "attention.long.train_step"],
-         lambda dev: attention_cases(dev, "long", 4, 1024, 128)),
+         lambda cases, dev: cases.attention_cases(dev, "long", 4, 1024, 128)),
         (["encoder_layer.tst_default.forward", "encoder_layer.tst_default.train_step"],
-         lambda dev: encoder_cases(dev, "encoder_layer.tst_default", 32, 64, 64, 8, 256, 1,
-                                   "(32, 64, 64) h8 ff256")),
+         lambda cases, dev: cases.encoder_cases(dev, "encoder_layer.tst_default", 32, 64, 64, 8, 256, 1,
+                                                "(32, 64, 64) h8 ff256")),
         (["encoder.tst_default.forward", "encoder.tst_default.train_step"],
-         lambda dev: encoder_cases(dev, "encoder.tst_default", 32, 64, 64, 8, 256, 3)),
+         lambda cases, dev: cases.encoder_cases(dev, "encoder.tst_default", 32, 64, 64, 8, 256, 3)),
         (["encoder.tst_large.forward", "encoder.tst_large.train_step"],
-         lambda dev: encoder_cases(dev, "encoder.tst_large", 64, 128, 128, 8, 256, 3)),
-        (["tst.default.inference", "tst.default.train_step"], tst_cases),
+         lambda cases, dev: cases.encoder_cases(dev, "encoder.tst_large", 64, 128, 128, 8, 256, 3)),
+        (["tst.default.inference", "tst.default.train_step"], lambda cases, dev: cases.tst_cases(dev)),
     ]
     fams += [scaling_family("seq", s) for s in SCALING_SEQ]
     fams += [scaling_family("batch", b) for b in SCALING_BATCH]
@@ -334,14 +124,15 @@ def selected(pattern, name):
 class PeakMemory:
     """Peak memory above the level before a case (see the module's docstring)."""
 
-    def __init__(self, dev):
-        self.dev = dev
+    def __init__(self, cuda=None):
+        """cuda: torch.cuda when the cases run on a CUDA device, else None."""
+        self.cuda = cuda
         self.libc = None
         try:
             self.libc = ctypes.CDLL("libc.so.6")
         except OSError:
             pass
-        if dev.type == "cuda":
+        if cuda is not None:
             self.method = "cuda-max-allocated"
         elif self._reset_hwm():
             self.method = "rss-hwm"
@@ -371,9 +162,9 @@ class PeakMemory:
     def start(self):
         gc.collect()
         if self.method == "cuda-max-allocated":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
+            self.cuda.synchronize()
+            self.cuda.reset_peak_memory_stats()
+            self.base = self.cuda.memory_allocated()
             return
         if self.libc is not None:
             try:
@@ -387,8 +178,8 @@ class PeakMemory:
 
     def peak_bytes(self):
         if self.method == "cuda-max-allocated":
-            torch.cuda.synchronize()
-            peak = torch.cuda.max_memory_allocated()
+            self.cuda.synchronize()
+            peak = self.cuda.max_memory_allocated()
         elif self.method == "rss-hwm":
             peak = self._status_kib("VmHWM") * 1024
         else:
@@ -450,6 +241,13 @@ def main():
                     print(name)
         return
 
+    # torch only now: the checks above and --list run without it (and its seconds of import).
+    try:
+        import torch
+        import pytorch_cases
+    except ImportError as e:
+        parser.error(f"timing the cases needs PyTorch (Debian's python3-torch): {e}")
+
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: PyTorch sees no CUDA device")
     dev = torch.device(args.device)
@@ -468,14 +266,14 @@ def main():
         if cuda:
             torch.cuda.synchronize()
 
-    memory = PeakMemory(dev)
+    memory = PeakMemory(torch.cuda if cuda else None)
     results = []
     print(f"PyTorch {torch.__version__}, {backend}: {device}")
     print(f"{'case':38} {'shape':34} {'median ms':>10} {'GB/s':>9} {'GFLOP/s':>9} {'peak MiB':>9}")
     for names, build in families():
         if not any(selected(args.filter, n) for n in names):
             continue
-        for case in build(dev):
+        for case in build(pytorch_cases, dev):
             if not selected(args.filter, case.name):
                 continue
             memory.start()

@@ -1,21 +1,29 @@
 #!/bin/sh
-# kformer-bench's command line: bad arguments are refused with exit status 2 and a message naming
+# The perf tools' command lines: bad arguments are refused with exit status 2 and a message naming
 # the argument, before anything is timed; good ones list the cases. Only --list runs, so this
-# takes a second. Usage: test_cli.sh PATH/TO/kformer-bench
+# takes a second or two.
+#   Usage: test_cli.sh PATH/TO/kformer-bench [PYTHON3]
+# With PYTHON3, perf/compare_pytorch.py too, under a stand-in torch package that refuses to be
+# imported (its checks and --list must not need PyTorch, a test-time requirement never), and both
+# tools must select the same cases for the same --filter, but for those only kformer-bench has.
 set -u
 bench="$1"
+python="${2:-}"
+here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 failures=0
 
-# expect STATUS PATTERN ARGS...: kformer-bench ARGS exits with STATUS and prints PATTERN.
+# expect STATUS PATTERN ARGS...: the tool under test, $tool (kformer-bench unless set), run with
+# ARGS exits with STATUS and prints PATTERN.
+tool="$bench"
 expect() {
   status="$1" pattern="$2"
   shift 2
-  "$bench" "$@" >"$out/log" 2>&1
+  $tool "$@" >"$out/log" 2>&1
   got=$?
   if [ "$got" -ne "$status" ] || ! grep -q -- "$pattern" "$out/log"; then
-    echo "FAIL: kformer-bench $*: exit $got (expected $status), output:"
+    echo "FAIL: $tool $*: exit $got (expected $status), output:"
     sed 's/^/  | /' "$out/log"
     echo "  (expected a line matching: $pattern)"
     failures=$((failures + 1))
@@ -43,8 +51,50 @@ if [ -e "$out/r.json" ]; then
   failures=$((failures + 1))
 fi
 
+if [ -n "$python" ]; then
+  mkdir -p "$out/no-torch/torch"
+  echo 'raise ImportError("the stand-in torch of test_cli.sh")' >"$out/no-torch/torch/__init__.py"
+  export PYTHONPATH="$out/no-torch"
+  tool="$python $here/compare_pytorch.py"
+  expect 0 "^encoding.fixed.inplace$" --list --filter encoding.fixed
+  expect 0 "^scaling.seq.4096.train_step$" --list --filter "scaling.seq.*"
+  expect 2 "no case matches --filter 'fixed\*'" --list --filter "fixed*"
+  expect 2 "repeat: needs a whole number from 1 to 100000, got '0'" --list --repeat 0
+  expect 2 "repeat: needs a whole number from 1 to 100000, got '12abc'" --list --repeat 12abc
+  expect 2 "threads: needs a whole number from 1 to 4096, got '-1'" --list --threads=-1
+  expect 2 "no case matches --filter 'no.such.case'" --filter no.such.case
+  expect 2 "cannot write --json $out/missing/r.json: No such file or directory" \
+    --filter encoding.fixed.add --json "$out/missing/r.json"
+  expect 2 "json cannot go with --list" --list --json "$out/r.json"
+  expect 2 "timing the cases needs PyTorch (Debian's python3-torch): the stand-in torch" \
+    --filter linear.forward --repeat 1
+  expect 2 "unrecognized arguments: --bogus" --bogus
+
+  # The same filter selects the same cases in both, but for kformer-only ones (kformer_only).
+  kformer_only="encoding.cached_table.add encoding.fixed.matrix encoding.learnable.backward
+encoding.learnable.forward encoding.value.add linear.backward.reproducible
+linear.forward.reproducible"
+  for filter in "" train_step "encoding.fixed.*" "*.forward" attention "scaling.batch" "t?t.*"; do
+    "$bench" --list --backend serial --filter "$filter" 2>/dev/null |
+      awk 'listing && NF && $1 !~ /^limit\./ {print $1} /^case /{listing=1}' | sort >"$out/kformer"
+    $tool --list --filter "$filter" 2>/dev/null | sort >"$out/pytorch"
+    printf '%s\n' $kformer_only | sort >"$out/only"
+    missing=$(comm -23 "$out/kformer" "$out/pytorch" | comm -23 - "$out/only")
+    extra=$(comm -13 "$out/kformer" "$out/pytorch")
+    if [ ! -s "$out/pytorch" ] || [ -n "$missing$extra" ]; then
+      echo "FAIL: --filter '$filter' selects different cases: only kformer-bench: $missing;" \
+        "only compare_pytorch.py: $extra (compare_pytorch.py selected $(wc -l <"$out/pytorch"))"
+      failures=$((failures + 1))
+    fi
+  done
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1
 fi
-echo "all kformer-bench command-line checks passed"
+if [ -n "$python" ]; then
+  echo "all command-line checks passed (kformer-bench and compare_pytorch.py)"
+else
+  echo "all kformer-bench command-line checks passed (compare_pytorch.py not checked: no Python 3)"
+fi
