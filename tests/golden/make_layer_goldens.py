@@ -16,12 +16,12 @@ each case are in the metadata as JSON under the case's name.
 import json
 import math
 import os
-import struct
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from golden_safetensors import write_safetensors
 
 torch.manual_seed(1234)
 torch.set_num_threads(1)
@@ -249,23 +249,6 @@ for n, p in stack.named_parameters():
     put(f"encoder_stack.grad.{n}", p.grad)
 metadata["encoder_stack"] = json.dumps({"norm": "batchnorm", "norm_first": False, "activation": "gelu",
                                         "d_model": d, "heads": heads, "dim_feedforward": ff, "layers": 2})
-
-
-# --- safetensors, written from the format's description -------------------------------------------
-def write_safetensors(path, arrays, meta):
-    header = {"__metadata__": meta}
-    offset = 0
-    for name in sorted(arrays):
-        a = arrays[name]
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    encoded += b" " * (-len(encoded) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
-        for name in sorted(arrays):
-            f.write(np.ascontiguousarray(arrays[name], dtype="<f4").tobytes())
 
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers.safetensors")

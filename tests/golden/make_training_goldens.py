@@ -22,11 +22,12 @@ The hyper-parameters of each optimizer case are in the metadata as JSON under th
 """
 import json
 import os
-import struct
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from golden_safetensors import write_safetensors
 
 torch.manual_seed(2718)
 torch.set_num_threads(1)
@@ -118,23 +119,6 @@ for case, scale in [("clip_above", 3.0), ("clip_below", 0.2)]:
     put(f"{case}.clipped", torch.cat([p.grad.flatten() for p in params]))
     put(f"{case}.norm", norm)
     put(f"{case}.max_norm", torch.tensor(4.0))
-
-
-# --- safetensors, written from the format's description -------------------------------------------
-def write_safetensors(path, arrays, meta):
-    header = {"__metadata__": meta}
-    offset = 0
-    for name in sorted(arrays):
-        a = arrays[name]
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    encoded += b" " * (-len(encoded) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
-        for name in sorted(arrays):
-            f.write(np.ascontiguousarray(arrays[name], dtype="<f4").tobytes())
 
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "training.safetensors")

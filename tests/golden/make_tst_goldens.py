@@ -53,7 +53,6 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -63,6 +62,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from golden_safetensors import read_safetensors, write_safetensors
 
 # PyTorch 2.x notes that TST's layers (batch_first=False) cannot use its nested-tensor fast path.
 warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
@@ -236,43 +237,6 @@ def eval_forward(model, x, keep):
     with torch.enable_grad():
         assert all(p.requires_grad for p in model.parameters())
         return model(x, keep).detach()
-
-
-# --- safetensors (format description: 8-byte header length, JSON header, packed data) ------------------
-DTYPES = {"F32": "<f4", "F64": "<f8", "I64": "<i8"}
-
-
-def write_safetensors(path, arrays, meta):
-    header = {"__metadata__": meta}
-    offset = 0
-    for name in sorted(arrays):
-        a = arrays[name]
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    encoded += b" " * (-len(encoded) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
-        for name in sorted(arrays):
-            f.write(np.ascontiguousarray(arrays[name], dtype="<f4").tobytes())
-
-
-def read_safetensors(path):
-    """({name: numpy array}, metadata) for F32, F64 and I64 tensors."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n].decode("utf-8"))
-    meta = header.pop("__metadata__", {})
-    body = data[8 + n:]
-    arrays = {}
-    for name, info in header.items():
-        if info["dtype"] not in DTYPES:
-            raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, this reader knows {list(DTYPES)}")
-        begin, end = info["data_offsets"]
-        arrays[name] = np.frombuffer(body[begin:end], dtype=DTYPES[info["dtype"]]).reshape(info["shape"]).copy()
-    return arrays, meta
 
 
 def torch_state_dict(arrays, model):
