@@ -1,12 +1,11 @@
 // Batch normalisation over the feature axis with statistics over all N = batch*seq tokens, as TST
 // applies BatchNorm1d(d_model) to (batch, d_model, seq) (padded steps included).
 //
-// training:  mu_j = mean_n x[n,j],  var_j = mean_n (x[n,j] - mu_j)^2 (biased),  rstd =
-// 1/sqrt(var+eps)
-//            y = (x - mu) rstd gamma + beta
+// training:  mu_j = mean_n x[n,j],  var_j = mean_n (x[n,j] - mu_j)^2 (biased)
+//            rstd = 1/sqrt(var + eps),  y = (x - mu) rstd gamma + beta
 //            running_mean = (1 - m) running_mean + m mu
-//            running_var  = (1 - m) running_var + m var N/(N-1)   (unbiased),  num_batches_tracked
-//            += 1
+//            running_var  = (1 - m) running_var + m var N/(N-1)   (unbiased)
+//            num_batches_tracked += 1
 // eval:      y = (x - running_mean) / sqrt(running_var + eps) gamma + beta
 // backward (training, xhat = (x - mu) rstd):
 //            dx = gamma rstd / N (N dy - sum_n dy - xhat sum_n(dy xhat))
