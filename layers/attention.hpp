@@ -55,7 +55,9 @@ struct MultiHeadAttentionOptions {
   // On a CPU with a BLAS: each (batch, head)'s products and softmax in one task per block of
   // query rows, in cache (impl/attention_host.hpp). Off: one kernel per stage, as on a GPU.
   bool fused_cpu = true;
-  // Whether a forward without grad keeps P for probabilities() (one with grad always keeps it).
+  // Whether a forward keeps P for probabilities() (PyTorch's need_weights). Where it does not, a
+  // CPU backward recomputes P block by block and no (B, H, S, S) buffer is held; the staged (GPU)
+  // path holds P either way.
   bool keep_probabilities = true;
 };
 
