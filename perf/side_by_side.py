@@ -12,6 +12,8 @@ import subprocess
 import sys
 import tempfile
 
+from compare_pytorch import whole_number
+
 here = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -19,8 +21,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", default=os.path.join(here, "..", "build", "perf", "kformer-bench"))
     parser.add_argument("--filter", default="encoder")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--threads", type=whole_number(1, 4096), default=2)
+    parser.add_argument("--repeat", type=whole_number(1, 100000), default=10)
     parser.add_argument("--json", help="write both result sets and the ratios here")
     args = parser.parse_args()
 

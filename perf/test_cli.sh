@@ -3,9 +3,10 @@
 # the argument, before anything is timed; good ones list the cases. Only --list runs, so this
 # takes a second or two.
 #   Usage: test_cli.sh PATH/TO/kformer-bench [PYTHON3]
-# With PYTHON3, perf/compare_pytorch.py too, under a stand-in torch package that refuses to be
-# imported (its checks and --list must not need PyTorch, a test-time requirement never), and both
-# tools must select the same cases for the same --filter, but for those only kformer-bench has.
+# With PYTHON3, perf/compare_pytorch.py and perf/side_by_side.py too, under a stand-in torch
+# package that refuses to be imported (their checks and --list must not need PyTorch, a test-time
+# requirement never), and both benchmarks must select the same cases for the same --filter, but for
+# those only kformer-bench has.
 set -u
 bench="$1"
 python="${2:-}"
@@ -70,6 +71,20 @@ if [ -n "$python" ]; then
     --filter linear.forward --repeat 1
   expect 2 "unrecognized arguments: --bogus" --bogus
 
+  # side_by_side.py runs both: its own arguments are refused before either runs, and a child that
+  # cannot start or fails ends it with one line naming the child. The stand-in kformer-bench
+  # succeeds without timing anything; compare_pytorch.py then fails on the stand-in torch.
+  tool="$python $here/side_by_side.py"
+  expect 2 "threads: needs a whole number from 1 to 4096, got '0'" --threads 0
+  expect 2 "repeat: needs a whole number from 1 to 100000, got 'many'" --repeat many
+  expect 1 "cannot run $out/no-such-bench: No such file or directory" --bench "$out/no-such-bench"
+  printf '#!/bin/sh\nwhile [ "$1" != --json ]; do shift; done\necho "{\\"results\\": []}" >"$2"\n' \
+    >"$out/stand-in-bench"
+  chmod +x "$out/stand-in-bench"
+  expect 1 "side_by_side.py: compare_pytorch.py failed (exit status 2)" --bench "$out/stand-in-bench" \
+    --filter linear.forward --repeat 1
+  tool="$python $here/compare_pytorch.py"
+
   # The same filter selects the same cases in both, but for kformer-only ones (kformer_only).
   kformer_only="encoding.cached_table.add encoding.fixed.matrix encoding.learnable.backward
 encoding.learnable.forward encoding.value.add linear.backward.reproducible
@@ -94,7 +109,7 @@ if [ "$failures" -ne 0 ]; then
   exit 1
 fi
 if [ -n "$python" ]; then
-  echo "all command-line checks passed (kformer-bench and compare_pytorch.py)"
+  echo "all command-line checks passed (kformer-bench, compare_pytorch.py, side_by_side.py)"
 else
-  echo "all kformer-bench command-line checks passed (compare_pytorch.py not checked: no Python 3)"
+  echo "all kformer-bench command-line checks passed (the Python tools not checked: no Python 3)"
 fi
