@@ -1,7 +1,7 @@
 #!/bin/sh
 # The perf tools' command lines: bad arguments are refused with exit status 2 and a message naming
-# the argument, before anything is timed; good ones list the cases. Only --list runs, so this
-# takes a second or two.
+# the argument, before anything is timed; good ones list the cases. Nothing is timed: kformer-bench
+# only lists, and side_by_side.py gets a stand-in for it. A few seconds.
 #   Usage: test_cli.sh PATH/TO/kformer-bench [PYTHON3]
 # With PYTHON3, perf/compare_pytorch.py and perf/side_by_side.py too, under a stand-in torch
 # package that refuses to be imported (their checks and --list must not need PyTorch, a test-time
@@ -15,13 +15,21 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 failures=0
 
-# expect STATUS PATTERN ARGS...: the tool under test, $tool (kformer-bench unless set), run with
-# ARGS exits with STATUS and prints PATTERN.
-tool="$bench"
+# run_tool ARGS...: the tool under test, $tool (kformer-bench, compare_pytorch.py or
+# side_by_side.py), with ARGS.
+tool=kformer-bench
+run_tool() {
+  case "$tool" in
+    kformer-bench) "$bench" "$@" ;;
+    *) "$python" "$here/$tool" "$@" ;;
+  esac
+}
+
+# expect STATUS PATTERN ARGS...: run_tool ARGS exits with STATUS and prints PATTERN.
 expect() {
   status="$1" pattern="$2"
   shift 2
-  $tool "$@" >"$out/log" 2>&1
+  run_tool "$@" >"$out/log" 2>&1
   got=$?
   if [ "$got" -ne "$status" ] || ! grep -q -- "$pattern" "$out/log"; then
     echo "FAIL: $tool $*: exit $got (expected $status), output:"
@@ -56,7 +64,7 @@ if [ -n "$python" ]; then
   mkdir -p "$out/no-torch/torch"
   echo 'raise ImportError("the stand-in torch of test_cli.sh")' >"$out/no-torch/torch/__init__.py"
   export PYTHONPATH="$out/no-torch"
-  tool="$python $here/compare_pytorch.py"
+  tool=compare_pytorch.py
   expect 0 "^encoding.fixed.inplace$" --list --filter encoding.fixed
   expect 0 "^scaling.seq.4096.train_step$" --list --filter "scaling.seq.*"
   expect 2 "no case matches --filter 'fixed\*'" --list --filter "fixed*"
@@ -74,7 +82,7 @@ if [ -n "$python" ]; then
   # side_by_side.py runs both: its own arguments are refused before either runs, and a child that
   # cannot start or fails ends it with one line naming the child. The stand-in kformer-bench
   # succeeds without timing anything; compare_pytorch.py then fails on the stand-in torch.
-  tool="$python $here/side_by_side.py"
+  tool=side_by_side.py
   expect 2 "threads: needs a whole number from 1 to 4096, got '0'" --threads 0
   expect 2 "repeat: needs a whole number from 1 to 100000, got 'many'" --repeat many
   expect 1 "cannot run $out/no-such-bench: No such file or directory" --bench "$out/no-such-bench"
@@ -83,7 +91,7 @@ if [ -n "$python" ]; then
   chmod +x "$out/stand-in-bench"
   expect 1 "side_by_side.py: compare_pytorch.py failed (exit status 2)" --bench "$out/stand-in-bench" \
     --filter linear.forward --repeat 1
-  tool="$python $here/compare_pytorch.py"
+  tool=compare_pytorch.py
 
   # The same filter selects the same cases in both, but for kformer-only ones (kformer_only).
   kformer_only="encoding.cached_table.add encoding.fixed.matrix encoding.learnable.backward
@@ -92,7 +100,7 @@ linear.forward.reproducible"
   for filter in "" train_step "encoding.fixed.*" "*.forward" attention "scaling.batch" "t?t.*"; do
     "$bench" --list --backend serial --filter "$filter" 2>/dev/null |
       awk 'listing && NF && $1 !~ /^limit\./ {print $1} /^case /{listing=1}' | sort >"$out/kformer"
-    $tool --list --filter "$filter" 2>/dev/null | sort >"$out/pytorch"
+    run_tool --list --filter "$filter" 2>/dev/null | sort >"$out/pytorch"
     printf '%s\n' $kformer_only | sort >"$out/only"
     missing=$(comm -23 "$out/kformer" "$out/pytorch" | comm -23 - "$out/only")
     extra=$(comm -13 "$out/kformer" "$out/pytorch")
