@@ -6,8 +6,8 @@ so that reports (perf/report.py) can show kformer/PyTorch ratios side by side.
                                              [--device cpu|cuda] [--json FILE] [--list]
 
 Timing needs Debian's python3-torch (1.13); --list and the checks of the arguments run without it.
-The cases (perf/pytorch_cases.py, which must lie beside this file) have the same names, shapes and FLOP counts as
-kformer-bench's (N = batch * seq):
+The cases (perf/pytorch_cases.py, which must lie beside this file) have the same names, shapes and
+FLOP counts as kformer-bench's (N = batch * seq):
 
   encoding.*                         x + pe[:seq] with a cached table, as PyTorch implementations
                                      of the fixed encoding do, and a copy of the same tensor
@@ -213,6 +213,16 @@ def whole_number(low, high):
     return parse
 
 
+def refuse_unwritable(parser, path):
+    """Ends with parser's error if no file can be created at path: checked before the cases run,
+    not after."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=os.path.dirname(os.path.abspath(path))):
+            pass
+    except OSError as e:
+        parser.error(f"cannot write --json {path}: {e.strerror}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--filter", default="",
@@ -225,14 +235,10 @@ def main():
     args = parser.parse_args()
     if not any(selected(args.filter, n) for names, _ in families() for n in names):
         parser.error(f"no case matches --filter '{args.filter}' (--list shows the cases)")
-    if args.json:  # refused before the cases run, not after
+    if args.json:
         if args.list:
             parser.error("--json cannot go with --list, which records no results")
-        try:
-            with tempfile.NamedTemporaryFile(dir=os.path.dirname(os.path.abspath(args.json))):
-                pass
-        except OSError as e:
-            parser.error(f"cannot write --json {args.json}: {e.strerror}")
+        refuse_unwritable(parser, args.json)
 
     if args.list:
         for names, _ in families():

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from compare_pytorch import whole_number
+from compare_pytorch import refuse_unwritable, whole_number
 
 here = os.path.dirname(os.path.abspath(__file__))
 
@@ -26,12 +26,8 @@ def main():
     parser.add_argument("--json", help="write both result sets and the ratios here")
     args = parser.parse_args()
 
-    if args.json:  # refused before the runs, not after
-        try:
-            with tempfile.NamedTemporaryFile(dir=os.path.dirname(os.path.abspath(args.json))):
-                pass
-        except OSError as e:
-            parser.error(f"cannot write --json {args.json}: {e.strerror}")
+    if args.json:
+        refuse_unwritable(parser, args.json)
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_PROC_BIND="spread", OMP_PLACES="threads")
     with tempfile.TemporaryDirectory() as tmp:
