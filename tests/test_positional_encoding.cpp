@@ -33,10 +33,17 @@ TEMPLATE_LIST_TEST_CASE("positional_encoding matches the double-precision refere
     SinusoidLayout layout;
   };
   const Case cases[] = {
-      {4, 16, SinusoidLayout::Interleaved},    {7, 33, SinusoidLayout::Interleaved},
-      {64, 4096, SinusoidLayout::Interleaved}, {1024, 4096, SinusoidLayout::Interleaved},
-      {513, 700, SinusoidLayout::Interleaved}, {6, 40, SinusoidLayout::SplitHalves},
-      {9, 40, SinusoidLayout::SplitHalves},    {256, 1000, SinusoidLayout::SplitHalves}};
+      {4, 16, SinusoidLayout::Interleaved},
+      {7, 33, SinusoidLayout::Interleaved},
+      {64, 4096, SinusoidLayout::Interleaved},
+      {1024, 4096, SinusoidLayout::Interleaved},
+      {513, 700, SinusoidLayout::Interleaved},
+      {6, 40, SinusoidLayout::SplitHalves},
+      {9, 40, SinusoidLayout::SplitHalves},
+      {256, 1000, SinusoidLayout::SplitHalves},
+      // Whole groups of rotated frequencies on CPUs, then a partial one (and a last sine).
+      {81, 1100, SinusoidLayout::Interleaved},
+      {100, 1100, SinusoidLayout::SplitHalves}};
   for (const auto& c : cases) {
     CAPTURE(c.dim, c.seq, int(c.layout));
     PositionalEncodingOptions opt;
@@ -138,7 +145,7 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding adds the same rows to every batch el
                         "[encoding][fixed]", backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
-  const int batch = 5, seq = 70, dim = 12;
+  const int batch = 5, seq = 70, dim = 76;  // on CPUs a group of 32 rotated frequencies and 6 more
   const PositionalEncoding<float, Space> layer(dim);
   const auto x_values = random_values(batch * seq * dim, 7);
   const auto x = device_from<float, Space>(x_values, batch, seq, dim);

@@ -13,8 +13,15 @@
 // PE at a time in scratch, small enough to stay in the cache while the tensor streams past, and
 // adds them to every batch element of its group, for which they are one contiguous run of memory
 // (long runs: chunks of 16 KiB were measured slower on 2 threads). Large outputs are written
-// around the caches (backends/streaming_store.hpp). The bits do not depend on the chunk size or
-// the thread count.
+// around the caches (backends/streaming_store.hpp). The matrix alone (one batch element, no input)
+// is written straight into its rows unless it is that large: the copy out of scratch was half its
+// time. The bits do not depend on the chunk size, the thread count or these paths.
+//
+// The rows are built kRotationGroup frequencies at a time, the group's state in registers through
+// all rows of the chunk, instead of a row at a time through the whole state in scratch (a load and
+// a store of it per row). On the 2-core development machine, for the (4096, 512) float matrix
+// rewritten in the cache, 0.24 ms (written straight, a row at a time) became 0.10 ms with groups
+// of 32; groups of 8, 16, 24, 48 and 64 took 0.49, 0.15, 0.18, 0.15 and 0.10 ms.
 //
 // GPUs: double-precision sin and cos for every (position, frequency) pair are cheap there (a few
 // microseconds of an H200 for a 4096 x 512 table), and what matters is many independent threads
@@ -36,6 +43,42 @@ namespace kformer::impl {
 
 // Positions per exact sin/cos evaluation (CPUs).
 inline constexpr int kHostAnchorSpacing = 1024;
+// Frequencies whose rotation state a CPU thread holds in registers (4 + 4 AVX-512 registers of
+// doubles, and as many for the step).
+inline constexpr int kRotationGroup = 32;
+
+// Rows [0, n_rows) (row stride dim) of the kRotationGroup frequencies from f0 (all with a cosine),
+// in the layout of s, from the rotation state (sin_z, cos_z) and step (sin_w, cos_w), which it
+// advances by n_rows positions. kStride: 2 interleaved, 1 split halves.
+template <int kStride, class T>
+KOKKOS_INLINE_FUNCTION void rotate_group_rows(const Sinusoid& s, const int f0, T* const rows,
+                                              const int n_rows, double* const sin_z,
+                                              double* const cos_z, const double* const sin_w,
+                                              const double* const cos_w) {
+  constexpr int kGroup = kRotationGroup;
+  double sin_p[kGroup], cos_p[kGroup], sin_step[kGroup], cos_step[kGroup];
+  for (int j = 0; j < kGroup; ++j) {
+    sin_p[j] = sin_z[f0 + j];
+    cos_p[j] = cos_z[f0 + j];
+    sin_step[j] = sin_w[f0 + j];
+    cos_step[j] = cos_w[f0 + j];
+  }
+  T* const sin_out = rows + s.sin_column(f0);
+  T* const cos_out = rows + s.cos_column(f0);
+  for (int r = 0; r < n_rows; ++r) {
+    for (int j = 0; j < kGroup; ++j) {
+      sin_out[std::int64_t(r) * s.dim + kStride * j] = static_cast<T>(sin_p[j]);
+      cos_out[std::int64_t(r) * s.dim + kStride * j] = static_cast<T>(cos_p[j]);
+      const double sin_j = sin_p[j], cos_j = cos_p[j];
+      sin_p[j] = sin_j * cos_step[j] + cos_j * sin_step[j];
+      cos_p[j] = cos_j * cos_step[j] - sin_j * sin_step[j];
+    }
+  }
+  for (int j = 0; j < kGroup; ++j) {
+    sin_z[f0 + j] = sin_p[j];
+    cos_z[f0 + j] = cos_p[j];
+  }
+}
 
 // GPUs: a thread per (position, frequency) pair evaluates sin and cos exactly, in double, and
 // applies them to every batch element, reading kGroup elements' inputs before it writes any, so
@@ -128,23 +171,37 @@ struct PositionalEncodingFunctor {
       sin_w[i] = compat::math::sin(w);
       cos_w[i] = compat::math::cos(w);
     }
-    // Advances frequency i by one position.
-    const auto rotate = [=](const int i) {
-      const double s = sin_z[i], c = cos_z[i];
-      sin_z[i] = s * cos_w[i] + c * sin_w[i];
-      cos_z[i] = c * cos_w[i] - s * sin_w[i];
-    };
-
+    // Rows [0, n_rows) of PE into `rows`, advancing the state by n_rows positions: the whole
+    // groups of frequencies, then the rest (a last partial group, an odd dim's last sine) a row at
+    // a time.
     const int dim = sn.dim;
+    const auto write_rows = [=](T* const rows, const int n_rows) {
+      const int groups_end = sn.n_cos / kRotationGroup * kRotationGroup;
+      for (int f0 = 0; f0 < groups_end; f0 += kRotationGroup) {
+        if (sn.interleaved)
+          rotate_group_rows<2>(sn, f0, rows, n_rows, sin_z, cos_z, sin_w, cos_w);
+        else
+          rotate_group_rows<1>(sn, f0, rows, n_rows, sin_z, cos_z, sin_w, cos_w);
+      }
+      if (groups_end == sn.n_freq) return;
+      for (int r = 0; r < n_rows; ++r) {
+        write_sinusoid_frequencies(sn, rows + r * dim, groups_end, sn.n_freq,
+                                   [=](const int i, T& sin_v, T& cos_v) {
+                                     sin_v = static_cast<T>(sin_z[i]);
+                                     cos_v = static_cast<T>(cos_z[i]);
+                                     const double s = sin_z[i], c = cos_z[i];
+                                     sin_z[i] = s * cos_w[i] + c * sin_w[i];
+                                     cos_z[i] = c * cos_w[i] - s * sin_w[i];
+                                   });
+      }
+    };
+    if (!kAddInput && b_end - b_begin == 1 && !streaming) {
+      write_rows(&y(b_begin, p_begin, 0), p_end - p_begin);
+      return;
+    }
     for (int chunk_begin = p_begin; chunk_begin < p_end; chunk_begin += chunk_rows) {
       const int n_rows = chunk_begin + chunk_rows < p_end ? chunk_rows : p_end - chunk_begin;
-      for (int r = 0; r < n_rows; ++r) {
-        write_sinusoid_row(sn, pe + r * dim, [=](const int i, T& sin_v, T& cos_v) {
-          sin_v = static_cast<T>(sin_z[i]);
-          cos_v = static_cast<T>(cos_z[i]);
-          rotate(i);
-        });
-      }
+      write_rows(pe, n_rows);
 
       // The chunk of each batch element is one contiguous run of n_rows * dim values, written
       // two batch elements at a time.
