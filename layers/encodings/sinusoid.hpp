@@ -110,13 +110,6 @@ KOKKOS_INLINE_FUNCTION void write_sinusoid_frequencies(const Sinusoid& s, T* con
   }
 }
 
-// The whole row.
-template <class T, class SinCos>
-KOKKOS_INLINE_FUNCTION void write_sinusoid_row(const Sinusoid& s, T* const row,
-                                               const SinCos& sin_cos_of) {
-  write_sinusoid_frequencies(s, row, 0, s.n_freq, sin_cos_of);
-}
-
 // The columns that frequencies [f_begin, f_end) fill: at most two runs [begin[r], end[r]).
 struct SinusoidColumnRuns {
   int count = 0;

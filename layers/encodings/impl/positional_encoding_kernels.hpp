@@ -47,6 +47,14 @@ inline constexpr int kHostAnchorSpacing = 1024;
 // doubles, and as many for the step).
 inline constexpr int kRotationGroup = 32;
 
+// (sin p w, cos p w) -> (sin (p+1) w, cos (p+1) w), given (sin w, cos w).
+KOKKOS_INLINE_FUNCTION void rotate_one_position(double& sin_p, double& cos_p, const double sin_w,
+                                                const double cos_w) {
+  const double s = sin_p, c = cos_p;
+  sin_p = s * cos_w + c * sin_w;
+  cos_p = c * cos_w - s * sin_w;
+}
+
 // Rows [0, n_rows) (row stride dim) of the kRotationGroup frequencies from f0 (all with a cosine),
 // in the layout of s, from the rotation state (sin_z, cos_z) and step (sin_w, cos_w), which it
 // advances by n_rows positions. kStride: 2 interleaved, 1 split halves.
@@ -69,9 +77,7 @@ KOKKOS_INLINE_FUNCTION void rotate_group_rows(const Sinusoid& s, const int f0, T
     for (int j = 0; j < kGroup; ++j) {
       sin_out[std::int64_t(r) * s.dim + kStride * j] = static_cast<T>(sin_p[j]);
       cos_out[std::int64_t(r) * s.dim + kStride * j] = static_cast<T>(cos_p[j]);
-      const double sin_j = sin_p[j], cos_j = cos_p[j];
-      sin_p[j] = sin_j * cos_step[j] + cos_j * sin_step[j];
-      cos_p[j] = cos_j * cos_step[j] - sin_j * sin_step[j];
+      rotate_one_position(sin_p[j], cos_p[j], sin_step[j], cos_step[j]);
     }
   }
   for (int j = 0; j < kGroup; ++j) {
@@ -189,9 +195,7 @@ struct PositionalEncodingFunctor {
                                    [=](const int i, T& sin_v, T& cos_v) {
                                      sin_v = static_cast<T>(sin_z[i]);
                                      cos_v = static_cast<T>(cos_z[i]);
-                                     const double s = sin_z[i], c = cos_z[i];
-                                     sin_z[i] = s * cos_w[i] + c * sin_w[i];
-                                     cos_z[i] = c * cos_w[i] - s * sin_w[i];
+                                     rotate_one_position(sin_z[i], cos_z[i], sin_w[i], cos_w[i]);
                                    });
       }
     };
