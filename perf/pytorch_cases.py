@@ -92,6 +92,17 @@ def randn(dev, *shape):
     return torch.randn(*shape).to(dev)
 
 
+def eval_forward_of(model, x):
+    """forward in eval mode without autograd: what an inference case times."""
+
+    def forward():
+        model.eval()
+        with torch.no_grad():
+            model(x)
+
+    return forward
+
+
 def train_step_of(model, x, dy):
     """forward in train mode + backward of a fixed output gradient; parameter gradients are reset
     (set to None) first, so that nothing accumulates."""
@@ -114,14 +125,9 @@ def encoder_cases(dev, prefix, batch, seq, d, heads, ff, layers, shape=None, tra
     forward_flops = layers * layer_flops(batch, seq, d, ff)
     shape = shape or f"({batch}, {seq}, {d}) h{heads} ff{ff} L{layers}"
 
-    def run_forward():
-        model.eval()
-        with torch.no_grad():
-            model(x)
-
     cases = []
     if forward:
-        cases.append(Case(f"{prefix}.forward", shape, 0, forward_flops, run_forward, batch, seq))
+        cases.append(Case(f"{prefix}.forward", shape, 0, forward_flops, eval_forward_of(model, x), batch, seq))
     if train:
         cases.append(Case(f"{prefix}.train_step", shape, 0, 3 * forward_flops, train_step_of(model, x, dy),
                           batch, seq))
@@ -165,29 +171,26 @@ def linear_cases(dev):
             Case("linear.backward", shape, 0, 2 * flops, backward)]
 
 
+class SelfAttention(nn.Module):
+    """nn.MultiheadAttention on (x, x, x) without its weights (need_weights=False), as kformer's
+    attention cases run theirs (no probabilities kept)."""
+
+    def __init__(self, d, heads, dropout):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads, dropout=dropout, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
 def attention_cases(dev, tag, batch, seq, d, heads=8):
-    attn = nn.MultiheadAttention(d, heads, dropout=0.1, batch_first=True).to(dev)
+    attn = SelfAttention(d, heads, 0.1).to(dev)
     x = randn(dev, batch, seq, d)
     dy = randn(dev, batch, seq, d) * 0.01
     shape = f"({batch}, {seq}, {d}) h{heads}"
     flops = attention_flops(batch, seq, d)
-
-    def forward():
-        attn.eval()
-        with torch.no_grad():
-            attn(x, x, x, need_weights=False)
-
-    xg = x.clone().requires_grad_(True)
-
-    def train_step():
-        attn.train()
-        for p in attn.parameters():
-            p.grad = None
-        xg.grad = None
-        attn(xg, xg, xg, need_weights=False)[0].backward(dy)
-
-    return [Case(f"attention.{tag}.forward", shape, 0, flops, forward, batch, seq),
-            Case(f"attention.{tag}.train_step", shape, 0, 3 * flops, train_step, batch, seq)]
+    return [Case(f"attention.{tag}.forward", shape, 0, flops, eval_forward_of(attn, x), batch, seq),
+            Case(f"attention.{tag}.train_step", shape, 0, 3 * flops, train_step_of(attn, x, dy), batch, seq)]
 
 
 def tst_cases(dev, batch=32, seq=128, feat=8, d=64, heads=8, ff=256, layers=3, classes=4):
@@ -200,16 +203,11 @@ def tst_cases(dev, batch=32, seq=128, feat=8, d=64, heads=8, ff=256, layers=3, c
     flops = 2.0 * n * feat * d + layers * layer_flops(batch, seq, d, ff) + 2.0 * batch * (seq * d) * classes
     shape = f"({batch}, {seq}, {feat}) d{d} h{heads} ff{ff} L{layers} c{classes}"
 
-    def inference():
-        model.eval()
-        with torch.no_grad():
-            model(x)
-
     def train_step():
         model.train()
         optimizer.zero_grad(set_to_none=True)
         loss_fn(model(x), labels).backward()
         optimizer.step()
 
-    return [Case("tst.default.inference", shape, 0, flops, inference, batch, seq),
+    return [Case("tst.default.inference", shape, 0, flops, eval_forward_of(model, x), batch, seq),
             Case("tst.default.train_step", shape, 0, 3 * flops, train_step, batch, seq)]
