@@ -443,6 +443,28 @@ TEST_CASE("The CPU loops' dropout decisions are keep4's", "[layers][dropout]") {
   CHECK(wrong == 0);
 }
 
+TEST_CASE("Dropout decisions over rows are keep4's at each row's own groups", "[layers][dropout]") {
+  // Element j of row r is lane j % 4 of group (first_row + r) ceil(n / 4) + j / 4: rows of a
+  // multiple of 4 (one sweep over all rows) and of other lengths (a sweep a row, a last partial
+  // group in each), more elements than one for_each_keep block.
+  const DropoutDecisions decide(11, 5, 0.3);
+  const std::uint64_t first_row = 77;
+  for (const int n : {64, 66, 9, 1}) {
+    CAPTURE(n);
+    const int rows = 4 * DropoutDecisions::kHostGroups / n + 3;
+    std::vector<int> seen(std::size_t(rows) * n, -1);
+    decide.for_each_keep_in_rows(first_row, rows, n, RecordKeeps{seen.data()});
+    std::int64_t wrong = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < n; ++j) {
+        bool keep[4];
+        decide.keep4((first_row + r) * std::uint64_t((n + 3) / 4) + j / 4, keep);
+        wrong += seen[std::size_t(r) * n + j] != int(keep[j % 4]);
+      }
+    CHECK(wrong == 0);
+  }
+}
+
 TEMPLATE_LIST_TEST_CASE("Layers reject bad input with both shapes named and change nothing",
                         "[layers][errors]", backends::EnabledSpaces) {
   using Space = TestType;

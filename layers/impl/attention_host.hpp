@@ -4,8 +4,9 @@
 //
 // The products are head_products.hpp's loops for head widths 8, 16 and 32 (the staged path's
 // batched BLAS calls took a lock per call: 2 threads were barely faster than 1), single-threaded
-// BLAS calls otherwise; the softmax rows are the staged kernels' functions. Where the products are
-// BLAS calls and a sequence is one block, the results are the staged path's bits. With several
+// BLAS calls otherwise; the softmax rows are the staged kernels' functions, a block's rows at a
+// time (SoftmaxForwardRows::host_rows). Where the products are BLAS calls and a sequence is one
+// block, the results are the staged path's bits. With several
 // blocks the backward sums dK and dV block by block.
 //
 // Where the forward did not keep P (for inspection), the backward recomputes each block's scores
@@ -111,15 +112,14 @@ void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T
         const T* const p_dropped = block.drop ? block.dropped : a;
         head::product_nt(dh, rows, seq, scale, q + std::int64_t(r0) * 3 * d, 3 * d, k, 3 * d, a,
                          seq);
-        for (int i = 0; i < rows; ++i)
-          block(backends::HostRowMember{}, first_row + i);
+        block.host_rows(first_row, rows);
         head::product_nn(dh, rows, seq, p_dropped, seq, v, 3 * d,
                          buf.context + (std::int64_t(b) * seq + r0) * d + h * dh, d);
       });
 }
 
-// The forward's P~ = P * keep_scale where kept, bit for bit, for one row. A functor: nvcc rejects
-// a host lambda in for_each_keep, which is a device function too.
+// The forward's P~ = P * keep_scale where kept, bit for bit, for a block of rows. A functor: nvcc
+// rejects a host lambda in for_each_keep_in_rows, which is a device function too.
 template <class T>
 struct KeptProbabilities {
   const T* p;
@@ -150,7 +150,6 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
   const bool drop = softmax.drop;
   const bool recompute = buf.probs == nullptr;
   const std::size_t block_buffers = 1 + (recompute ? 1 : 0) + (drop ? 1 : 0);  // dP~ and dA, P, P~
-  const std::uint64_t groups_per_row = (seq + 3) / 4;
   const T keep_scale = softmax.keep_scale;
   const DropoutDecisions decide = forward_rows.decide;
   const std::size_t scratch_bytes = scratch_view::shmem_size(block_scores * block_buffers);
@@ -185,13 +184,10 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
             block_rows.dropped_first_row = first_row;
             head::product_nt(dh, rows, seq, scale, q + std::int64_t(r0) * 3 * d, 3 * d, k, 3 * d,
                              recomputed, seq);
-            for (int i = 0; i < rows; ++i)
-              block_rows(backends::HostRowMember{}, first_row + i);
+            block_rows.host_rows(first_row, rows);
           } else if (drop) {
-            for (int i = 0; i < rows; ++i)
-              decide.for_each_keep(std::uint64_t(first_row + i) * groups_per_row, seq,
-                                   KeptProbabilities<T>{p + std::int64_t(i) * seq,
-                                                        kept + std::int64_t(i) * seq, keep_scale});
+            decide.for_each_keep_in_rows(std::uint64_t(first_row), rows, seq,
+                                         KeptProbabilities<T>{p, kept, keep_scale});
           }
           const T* const p_dropped = drop ? kept : p;
           const T* const d_out = buf.d_context + (std::int64_t(b) * seq + r0) * d + h * dh;
