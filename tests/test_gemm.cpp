@@ -5,12 +5,14 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <limits>
 
 #include <Kokkos_Core.hpp>
 
 #include <kformer/backends/batched_gemm.hpp>
 #include <kformer/backends/gemm.hpp>
 #include <kformer/backends/spaces.hpp>
+#include <kformer/layers/impl/head_products.hpp>
 
 #include "support/test_support.hpp"
 
@@ -298,3 +300,97 @@ TEMPLATE_LIST_TEST_CASE("gemm_batched and its native kernel match naive products
     check_batched_products<double, TestType, ViaBatchedNative>(1e-14, 1, 1, 7);
   }
 }
+
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+namespace {
+
+// The packed (rows, cols) matrix `packed` at leading dimension ld, the padding set to `pad`.
+template <class T>
+std::vector<T> with_leading_dim(const std::vector<double>& packed, int rows, int cols, int ld,
+                                T pad) {
+  std::vector<T> out(std::size_t(rows) * ld, pad);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      out[std::size_t(r) * ld + c] = static_cast<T>(packed[std::size_t(r) * cols + c]);
+  return out;
+}
+
+// Row r's first `cols` entries of a matrix at leading dimension ld, packed, in double.
+template <class T>
+std::vector<double> packed_from(const std::vector<T>& m, int rows, int cols, int ld) {
+  std::vector<double> out(std::size_t(rows) * cols);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      out[std::size_t(r) * cols + c] = m[std::size_t(r) * ld + c];
+  return out;
+}
+
+// Whether every padding entry of a matrix at leading dimension ld still holds `pad`.
+template <class T>
+bool padding_untouched(const std::vector<T>& m, int rows, int cols, int ld, T pad) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = cols; c < ld; ++c)
+      if (!(m[std::size_t(r) * ld + c] == pad)) return false;
+  return true;
+}
+
+// The three products of fused CPU attention (nt, nn, tn) against naive_gemm, at head widths with
+// loops of their own (8, 16, 32) and one that goes to the BLAS (4). Operands sit in wider rows
+// whose padding is NaN: a product that reads past its rows gives NaN. Row and column counts
+// cover the loops' whole blocks (16 rows or columns, 8) and their remainders.
+template <class T>
+void check_head_products(double tolerance) {
+  const T nan = std::numeric_limits<T>::quiet_NaN(), pad = T(-7);
+  for (const int dh : {4, 8, 16, 32})
+    for (const auto& [m, n] : {std::array<int, 2>{64, 64}, {37, 45}, {128, 19}}) {
+      CAPTURE(dh, m, n);
+      const int ld = dh + 5;  // qkv-like operands: rows of more than one head
+      {                       // nt: C (m, n) = 0.5 A (m, dh) B (n, dh)^T
+        const auto a = random_values(std::size_t(m) * dh, 1),
+                   b = random_values(std::size_t(n) * dh, 2);
+        const auto A = with_leading_dim<T>(a, m, dh, ld, nan);
+        const auto B = with_leading_dim<T>(b, n, dh, ld, nan);
+        auto C = with_leading_dim<T>(std::vector<double>(std::size_t(m) * n), m, n, n + 3, pad);
+        impl::head::product_nt(dh, m, n, T(0.5), A.data(), ld, B.data(), ld, C.data(), n + 3);
+        CHECK(max_rel_diff(packed_from(C, m, n, n + 3),
+                           naive_gemm(false, true, m, n, dh, 0.5, a, b, 0.0,
+                                      std::vector<double>(std::size_t(m) * n))) <= tolerance);
+        CHECK(padding_untouched(C, m, n, n + 3, pad));
+      }
+      {  // nn: C (m, dh) = A (m, n) B (n, dh)
+        const auto a = random_values(std::size_t(m) * n, 3),
+                   b = random_values(std::size_t(n) * dh, 4);
+        const auto A = with_leading_dim<T>(a, m, n, n + 2, nan);
+        const auto B = with_leading_dim<T>(b, n, dh, ld, nan);
+        auto C = with_leading_dim<T>(std::vector<double>(std::size_t(m) * dh), m, dh, ld, pad);
+        impl::head::product_nn(dh, m, n, A.data(), n + 2, B.data(), ld, C.data(), ld);
+        CHECK(max_rel_diff(packed_from(C, m, dh, ld),
+                           naive_gemm(false, false, m, dh, n, 1.0, a, b, 0.0,
+                                      std::vector<double>(std::size_t(m) * dh))) <= tolerance);
+        CHECK(padding_untouched(C, m, dh, ld, pad));
+      }
+      for (const double beta : {0.0, 1.0}) {  // tn: C (n, dh) = beta C + A (m, n)^T B (m, dh)
+        CAPTURE(beta);
+        const auto a = random_values(std::size_t(m) * n, 5),
+                   b = random_values(std::size_t(m) * dh, 6),
+                   c = random_values(std::size_t(n) * dh, 7);
+        const auto A = with_leading_dim<T>(a, m, n, n + 2, nan);
+        const auto B = with_leading_dim<T>(b, m, dh, ld, nan);
+        auto C = with_leading_dim<T>(c, n, dh, ld, pad);
+        impl::head::product_tn(dh, m, n, A.data(), n + 2, B.data(), ld, T(beta), C.data(), ld);
+        CHECK(max_rel_diff(packed_from(C, n, dh, ld),
+                           naive_gemm(true, false, n, dh, m, 1.0, a, b, beta,
+                                      packed_from(with_leading_dim<T>(c, n, dh, ld, pad), n, dh,
+                                                  ld))) <= tolerance);
+        CHECK(padding_untouched(C, n, dh, ld, pad));
+      }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("The attention head products match a naive product", "[backends][gemm][attention]") {
+  check_head_products<float>(1e-6);
+  check_head_products<double>(1e-14);
+}
+#endif
