@@ -167,7 +167,7 @@ void tn_row_pairs(int m, int j0, const T* a, int lda, const T* b, int ldb, T bet
     for (int q = 0; q < 8; ++q) {
       std::uint64_t word;
       std::memcpy(&word, ar + 2 * q, sizeof(word));
-      const PairWords words = {word, word, word, word, word, word, word, word};
+      const PairWords words = PairWords{} + word;  // the word in every lane
       Vec<T> pair;
       std::memcpy(&pair, &words, sizeof(pair));
       acc[q] += pair * b_twice;
