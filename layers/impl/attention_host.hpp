@@ -6,8 +6,8 @@
 // batched BLAS calls took a lock per call: 2 threads were barely faster than 1), single-threaded
 // BLAS calls otherwise; the softmax rows are the staged kernels' functions, a block's rows at a
 // time (SoftmaxForwardRows::host_rows). Where the products are BLAS calls and a sequence is one
-// block, the results are the staged path's bits. With several
-// blocks the backward sums dK and dV block by block.
+// block, the results are the staged path's bits. With several blocks the backward sums dK and dV
+// block by block.
 //
 // Where the forward did not keep P (for inspection), the backward recomputes each block's scores
 // and softmax from Q and K, as FlashAttention does: with the same functions on the same block of

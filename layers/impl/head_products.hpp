@@ -143,26 +143,24 @@ void tn_rows(int m, int j0, const T* a, int lda, const T* b, int ldb, T beta, T*
 // empty. tn_row_pairs fills them: rows j0 + 2q and j0 + 2q + 1 of C share a vector, lanes
 // interleaved, so that B's row r with each element twice multiplies the pair A(r, j0 + 2q),
 // A(r, j0 + 2q + 1), broadcast as one double-width word. Each lane sums the same products in the
-// same order as in tn_rows: the same bits. dV = P~^T dO at S = 64 took 0.48 us on one core
-// against 0.75 with tn_rows. It needs __builtin_shufflevector (Clang, GCC 12 and later).
+// same order as in tn_rows: the same bits. dV = P~^T dO at S = 64 took 0.46-0.48 us on one core
+// against 0.73-0.75 with tn_rows. It needs __builtin_shufflevector (Clang, GCC 12 and later).
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_shufflevector)
 #define KFORMER_HOST_ROW_PAIRS 1
-template <class T>
-inline constexpr bool has_row_pairs = kLanes<T> == 16;
 
-// tn for C's rows [j0, j0 + 16), DH = 8.
+// tn for C's rows [j0, j0 + 16), DH = 8, where a head row is half a vector (kLanes<T> == 16).
 template <class T>
 void tn_row_pairs(int m, int j0, const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
   static_assert(kLanes<T> == 16 && sizeof(T) == 4, "two rows of 8 floats to a vector");
-  using Row = typename VectorOf<T, 8 * sizeof(T)>::type;
+  using Row = HeadRow<8, T>;  // one vector of half width
   using PairWords = typename VectorOf<std::uint64_t, kVectorBytes>::type;
   Vec<T> acc[8] = {};
   for (int r = 0; r < m; ++r) {
     Row br;
-    load(br, b + std::int64_t(r) * ldb);
+    br.load(b + std::int64_t(r) * ldb);
     const Vec<T> b_twice =
-        __builtin_shufflevector(br, br, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        __builtin_shufflevector(br.v[0], br.v[0], 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const T* const ar = a + std::int64_t(r) * lda + j0;
     for (int q = 0; q < 8; ++q) {
       std::uint64_t word;
@@ -174,20 +172,19 @@ void tn_row_pairs(int m, int j0, const T* a, int lda, const T* b, int ldb, T bet
     }
   }
   for (int q = 0; q < 8; ++q) {
-    T* const c_even = c + std::int64_t(j0 + 2 * q) * ldc;
-    T* const c_odd = c_even + ldc;
     const Vec<T> v = acc[q];
-    Row even = __builtin_shufflevector(v, v, 0, 2, 4, 6, 8, 10, 12, 14);
-    Row odd = __builtin_shufflevector(v, v, 1, 3, 5, 7, 9, 11, 13, 15);
-    if (beta != T(0)) {
-      Row previous;
-      load(previous, c_even);
-      even += beta * previous;
-      load(previous, c_odd);
-      odd += beta * previous;
+    Row rows[2];
+    rows[0].v[0] = __builtin_shufflevector(v, v, 0, 2, 4, 6, 8, 10, 12, 14);
+    rows[1].v[0] = __builtin_shufflevector(v, v, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (int i = 0; i < 2; ++i) {  // as tn_rows stores its rows
+      T* const cj = c + std::int64_t(j0 + 2 * q + i) * ldc;
+      if (beta != T(0)) {
+        Row previous;
+        previous.load(cj);
+        rows[i].add_scaled(beta, previous);
+      }
+      rows[i].store(cj);
     }
-    store(c_even, even);
-    store(c_odd, odd);
   }
 }
 #endif
@@ -197,7 +194,7 @@ template <int DH, class T>
 void tn(int m, int n, const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
   int j = 0;
 #if defined(KFORMER_HOST_ROW_PAIRS)
-  if constexpr (DH == 8 && has_row_pairs<T>)
+  if constexpr (DH == 8 && kLanes<T> == 16)
     for (; j + 16 <= n; j += 16)
       tn_row_pairs(m, j, a, lda, b, ldb, beta, c, ldc);
 #endif
