@@ -1,7 +1,9 @@
 #include "device_info.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -10,6 +12,12 @@
 #endif
 #if defined(KOKKOS_ENABLE_HIP)
 #include <hip/hip_runtime.h>
+#endif
+
+// OpenBLAS's self-description, where OpenBLAS is linked in (weak: null otherwise).
+#if defined(__GNUC__)
+extern "C" char* openblas_get_config(void) __attribute__((weak));
+extern "C" char* openblas_get_corename(void) __attribute__((weak));
 #endif
 
 namespace kformer::backends {
@@ -62,6 +70,25 @@ std::string gpu_device_name([[maybe_unused]] int device_id) {
   if (hipGetDeviceProperties(&prop, device_id) == hipSuccess) return prop.name;
 #endif
   return {};
+}
+
+HostBlasInfo host_blas_info() {
+  HostBlasInfo info;
+#if defined(__GNUC__)
+  if (openblas_get_config == nullptr || openblas_get_corename == nullptr) return info;
+  info.library = openblas_get_config();
+  info.kernels = openblas_get_corename();
+#if defined(__x86_64__) && !defined(__CUDACC__)  // nvcc's front end may not know the builtin
+  std::string core = info.kernels;
+  std::transform(core.begin(), core.end(), core.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const bool avx2_kernels = core == "haswell" || core == "zen" || core == "sandybridge";
+  info.avx512_unused = avx2_kernels && __builtin_cpu_supports("avx512f") &&
+                       __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#endif
+#endif
+  return info;
 }
 
 namespace {
@@ -127,6 +154,16 @@ void print_backends(std::ostream& os, bool verbose) {
     os << "  " << info.backend << ": " << info.device << ", memory " << info.memory_space << '\n';
   });
   os << "  default: " << space_name<Kokkos::DefaultExecutionSpace>() << '\n';
+  const HostBlasInfo blas = host_blas_info();
+  if (!blas.library.empty()) os << "  host BLAS: " << blas.library << '\n';
+  if (blas.avx512_unused) {
+    const char* forced = std::getenv("OPENBLAS_CORETYPE");
+    os << "  note: this CPU has AVX-512 but OpenBLAS runs its " << blas.kernels
+       << " (AVX2) kernels ("
+       << (forced != nullptr ? std::string("OPENBLAS_CORETYPE=") + forced + " in the environment"
+                             : std::string("its own choice; OPENBLAS_CORETYPE=SkylakeX changes it"))
+       << "): BLAS GEMMs and the sgemm limit are AVX2's\n";
+  }
   if (verbose) Kokkos::print_configuration(os, true);
 }
 

@@ -25,6 +25,19 @@ std::string compiler_description();          // "GCC 12.2.0"
 std::string kokkos_version();                // "3.4.01"
 std::string gpu_device_name(int device_id);  // empty when no GPU backend is compiled in
 
+// The host BLAS as it describes itself: OpenBLAS's build and the kernels it chose for this CPU.
+// Empty fields for a BLAS that does not say (another library, or none linked in).
+struct HostBlasInfo {
+  std::string library;  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ... Haswell MAX_THREADS=64"
+  std::string kernels;  // "Haswell"
+  // OpenBLAS runs AVX2 kernels (Haswell, Zen, SandyBridge) on a CPU with AVX-512 (F, CD, BW,
+  // DQ, VL). The development machines' environment sets OPENBLAS_CORETYPE=Haswell; on their AMD
+  // Zen 5 OpenBLAS 0.3.21 itself picks Cooperlake (AVX-512), whose 1024^3 sgemm ran 1.3-1.6x
+  // faster. A benchmark's fraction of the sgemm limit depends on which it is.
+  bool avx512_unused = false;
+};
+HostBlasInfo host_blas_info();
+
 template <class ExecutionSpace>
 BackendInfo backend_info(const ExecutionSpace& exec) {
   BackendInfo info;

@@ -55,7 +55,9 @@ approximate: it counts pages, allocator caching and thread stacks as well as ten
 memory_allocated() before the case (the tensors themselves, not the caching allocator's reserve).
 
 The document has "pytorch" (its version), "backend" ("pytorch" on the CPU, "pytorch-cuda"),
-"git_revision", "host", "date" (UTC, ISO 8601), "peak_bytes_method" and "results".
+"git_revision", "host", "date" (UTC, ISO 8601), "peak_bytes_method", "host_blas_kernels" (the
+kernels OpenBLAS chose, where PyTorch's CPU BLAS is OpenBLAS, as Debian's is: OPENBLAS_CORETYPE
+changes them for PyTorch as for kformer) and "results".
 """
 import argparse
 import ctypes
@@ -274,7 +276,9 @@ def main():
 
     memory = PeakMemory(torch.cuda if cuda else None)
     results = []
-    print(f"PyTorch {torch.__version__}, {backend}: {device}")
+    blas_kernels = openblas_kernels()
+    print(f"PyTorch {torch.__version__}, {backend}: {device}"
+          + (f", OpenBLAS {blas_kernels} kernels" if blas_kernels else ""))
     print(f"{'case':38} {'shape':34} {'median ms':>10} {'GB/s':>9} {'GFLOP/s':>9} {'peak MiB':>9}")
     for names, build in families():
         if not any(selected(args.filter, n) for n in names):
@@ -309,8 +313,20 @@ def main():
                "host": platform.node(),
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "peak_bytes_method": memory.method, "results": results}
+        if blas_kernels:
+            doc["host_blas_kernels"] = blas_kernels
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)
+
+
+def openblas_kernels():
+    """The kernels the OpenBLAS that torch loaded chose for this CPU ("Haswell"), or None."""
+    try:
+        corename = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
+    except (OSError, AttributeError):
+        return None
+    corename.restype = ctypes.c_char_p
+    return corename().decode()
 
 
 if __name__ == "__main__":

@@ -675,6 +675,8 @@ int main(int argc, char* argv[]) {
   if (!o.json.empty()) {
     nlohmann::json doc = {{"kokkos", kformer::backends::kokkos_version()},
                           {"compiler", kformer::backends::compiler_description()},
+                          {"host_blas", kformer::backends::host_blas_info().library},
+                          {"host_blas_kernels", kformer::backends::host_blas_info().kernels},
                           {"git_revision", git_revision()},
                           {"host", host_name()},
                           {"date", utc_now()},

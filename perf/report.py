@@ -113,7 +113,8 @@ def load(path, index):
     kind = "pytorch" if "pytorch" in doc else "kformer-bench"
     meta = {"file": path, "kind": kind, "results": len(rows),
             "backends": sorted({r["backend"] for r in rows}, key=backend_key)}
-    for key in ("host", "git_revision", "date", "kokkos", "compiler", "pytorch", "peak_bytes_method"):
+    for key in ("host", "git_revision", "date", "kokkos", "compiler", "pytorch", "host_blas_kernels",
+                "peak_bytes_method"):
         if isinstance(doc.get(key), (str, int, float)):
             meta[key] = str(doc[key])
     return meta, rows
@@ -287,7 +288,10 @@ def markdown(report, chart_notes):
            f"by perf/report.py from {len(report.docs)} document(s).", "", "## Inputs", ""]
     rows = []
     for d in report.docs:
-        versions = ", ".join(f"{k} {d[k]}" for k in ("kokkos", "compiler", "pytorch") if k in d)
+        versions = [f"{k} {d[k]}" for k in ("kokkos", "compiler", "pytorch") if k in d]
+        if "host_blas_kernels" in d:
+            versions.append(f"OpenBLAS {d['host_blas_kernels']} kernels")
+        versions = ", ".join(versions)
         rows.append([f"`{d['file']}`", d["kind"], ", ".join(d["backends"]), d["results"], d.get("host", "—"),
                      d.get("git_revision", "—"), d.get("date", "—"), versions or "—"])
     out += table(["file", "from", "backends", "results", "host", "revision", "date", "versions"], rows)

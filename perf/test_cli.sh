@@ -60,6 +60,32 @@ if [ -e "$out/r.json" ]; then
   failures=$((failures + 1))
 fi
 
+# The host BLAS line, where OpenBLAS is linked in: it names the kernels OPENBLAS_CORETYPE asks
+# for, and the note about AVX-512 appears exactly when a CPU that has it gets AVX2 kernels.
+if ldd "$bench" 2>/dev/null | grep -q libopenblas; then
+  avx512=yes
+  for flag in avx512f avx512cd avx512bw avx512dq avx512vl; do
+    grep -m1 '^flags' /proc/cpuinfo | grep -qw "$flag" || avx512=no
+  done
+  for kernels in Haswell SkylakeX; do
+    [ "$kernels" = SkylakeX ] && [ "$avx512" = no ] && continue
+    OPENBLAS_CORETYPE=$kernels "$bench" --list --filter encoding.copy >"$out/log" 2>&1
+    note="note: this CPU has AVX-512 but OpenBLAS runs its Haswell (AVX2) kernels"
+    note="$note (OPENBLAS_CORETYPE=Haswell in the environment)"
+    if ! grep -q "^  host BLAS: OpenBLAS .* $kernels " "$out/log"; then
+      echo "FAIL: OPENBLAS_CORETYPE=$kernels kformer-bench --list names no $kernels kernels:"
+      sed 's/^/  | /' "$out/log"
+      failures=$((failures + 1))
+    elif [ "$avx512$kernels" = yesHaswell ] && ! grep -qF "$note" "$out/log"; then
+      echo "FAIL: AVX-512 CPU, Haswell kernels, but no note: $(cat "$out/log")"
+      failures=$((failures + 1))
+    elif [ "$avx512$kernels" != yesHaswell ] && grep -q "note: this CPU" "$out/log"; then
+      echo "FAIL: a note about AVX-512 with $kernels kernels (AVX-512: $avx512): $(cat "$out/log")"
+      failures=$((failures + 1))
+    fi
+  done
+fi
+
 if [ -n "$python" ]; then
   mkdir -p "$out/no-torch/torch"
   echo 'raise ImportError("the stand-in torch of test_cli.sh")' >"$out/no-torch/torch/__init__.py"

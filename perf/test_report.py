@@ -82,6 +82,12 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(self.proc.returncode, 0, self.proc.stderr)
         self.assertIn("# kformer performance report", self.md)
 
+    def test_inputs_name_the_blas_kernels(self):
+        inputs = {os.path.basename(file): cells for file, cells in rows(section(self.md, "## Inputs")).items()}
+        self.assertTrue(inputs["kformer_bench.json"][-1].endswith("OpenBLAS Haswell kernels"),
+                        inputs["kformer_bench.json"])
+        self.assertTrue(inputs["pytorch.json"][-1].endswith("OpenBLAS Cooperlake kernels"), inputs["pytorch.json"])
+
     def test_every_case_in_its_backend_table(self):
         for r in results(BENCH) + results(TORCH):
             table = rows(section(self.md, f"### {r['backend']}" + self._device_suffix(r["backend"])))

@@ -93,10 +93,12 @@ def main():
             out.append(result(backend, f"scaling.seq.{s}.train_step", f"(4, {s}, 64) h8 ff256 L1", 0, flops,
                               median, 4, s, peak, with_dims=backend == "serial"))
     docs = {"kformer_bench.json": {"kokkos": "3.4.01", "compiler": "GCC 12.2.0", "git_revision": "abc1234",
-                                   "host": "testhost", "date": "2025-01-01T00:00:00Z", "results": bench},
+                                   "host": "testhost", "date": "2025-01-01T00:00:00Z",
+                                   "host_blas": "OpenBLAS 0.3.21 DYNAMIC_ARCH Haswell", "host_blas_kernels": "Haswell",
+                                   "results": bench},
             "pytorch.json": {"pytorch": "1.13.0", "backend": "pytorch", "git_revision": "abc1234",
                              "host": "testhost", "date": "2025-01-01T00:05:00Z", "peak_bytes_method": "rss-hwm",
-                             "results": torch}}
+                             "host_blas_kernels": "Cooperlake", "results": torch}}
     for name, doc in docs.items():
         with open(os.path.join(HERE, name), "w") as f:
             json.dump(doc, f, indent=1)
