@@ -168,9 +168,10 @@ class MultiHeadAttention {
     in_proj_.forward(exec, as_matrix(x), qkv);
 
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
-    const auto softmax = impl::softmax_forward_rows(
+    auto softmax = impl::softmax_forward_rows(
         probs, dropped, h, seq, key_padding_mask, attn_mask, dropout_active_,
         DropoutDecisions(seed_, ctx.step, dropout_), keep_scale());
+    if (recompute) set_row_stats(softmax, n * h);
     step_ = ctx.step;
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
     if constexpr (impl::has_host_attention<ExecutionSpace, T>)
@@ -224,9 +225,10 @@ class MultiHeadAttention {
         T* const probs = probs_kept_ ? probs_.view(batch, h, seq, seq).data() : nullptr;
         const impl::AttentionBuffers<T> buffers{
             batch, h, seq, d, qkv.data(), context.data(), probs, d_qkv.data(), d_context.data()};
-        const auto forward_rows = impl::softmax_forward_rows(
+        auto forward_rows = impl::softmax_forward_rows(
             static_cast<T*>(nullptr), static_cast<T*>(nullptr), h, seq, key_padding_mask_,
             attn_mask_, dropout_active_, DropoutDecisions(seed_, step_, dropout_), keep_scale());
+        if (!probs_kept_) set_row_stats(forward_rows, n * h);
         impl::attention_backward_host(exec, buffers, forward_rows, scale, softmax);
         in_proj_.backward(exec, as_matrix(x), d_qkv,
                           dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), accumulate_dx);
@@ -317,12 +319,15 @@ class MultiHeadAttention {
     std::int64_t total() const { return squares + rows; }
   };
   // The forward's: probabilities where kept (and, on the staged path, their dropout copy in
-  // training), qkv and context.
+  // training), qkv and context, and where training recomputes P each score row's maximum and
+  // inverse sum.
   Bytes forward_bytes(std::int64_t batch, std::int64_t seq, bool training, bool keep_probs) const {
     const std::int64_t square = batch * heads_ * seq * seq * std::int64_t(sizeof(T));
     const std::int64_t row = batch * seq * d_ * std::int64_t(sizeof(T));
+    const std::int64_t row_stats =
+        training && !keep_probs ? 2 * batch * heads_ * seq * std::int64_t(sizeof(T)) : 0;
     const int squares = !keep_probs ? 0 : training && dropout_ > 0.0 && !fused_on_cpu() ? 2 : 1;
-    return {square * squares, 4 * row};
+    return {square * squares, 4 * row + row_stats};
   }
 
   // Refuses a (batch, seq) whose buffers would not fit in the memory space, before allocating
@@ -340,7 +345,7 @@ class MultiHeadAttention {
     }
     const std::int64_t held =
         std::int64_t(qkv_.bytes() + probs_.bytes() + dropped_.bytes() + context_.bytes() +
-                     d_context_.bytes() + d_probs_.bytes() + d_qkv_.bytes());
+                     d_context_.bytes() + d_probs_.bytes() + d_qkv_.bytes() + row_stats_.bytes());
     if (need.total() <= held) return;
     const std::int64_t available = backends::available_bytes<memory_space>();
     if (available >= 0 && need.total() - held > available)
@@ -359,9 +364,21 @@ class MultiHeadAttention {
   GrowingBuffer<T, memory_space> d_context_{"kformer::MultiHeadAttention::d_context"};
   GrowingBuffer<T, memory_space> d_probs_{"kformer::MultiHeadAttention::d_probs"};
   GrowingBuffer<T, memory_space> d_qkv_{"kformer::MultiHeadAttention::d_qkv"};
+  // Each score row's maximum and inverse sum (2, B H S), from the fused forward for the backward
+  // that recomputes P.
+  GrowingBuffer<T, memory_space> row_stats_{"kformer::MultiHeadAttention::row_stats"};
   GrowingBuffer<bool, memory_space> key_padding_mask_copy_{
       "kformer::MultiHeadAttention::key_padding_mask"};
   GrowingBuffer<T, memory_space> attn_mask_copy_{"kformer::MultiHeadAttention::attn_mask"};
+
+  // Points the softmax rows at row_stats_ for `rows` score rows: the fused forward stores each
+  // row's maximum and inverse sum there, the backward recomputes P from them.
+  template <class Rows>
+  void set_row_stats(Rows& softmax, std::int64_t rows) {
+    const auto stats = row_stats_.view(2, rows);
+    softmax.row_max = &stats(0, 0);
+    softmax.row_inverse_sum = &stats(1, 0);
+  }
 
   // A copy of a (rows, cols) mask in buffer's storage, made on exec.
   template <class MaskView, class Buffer>

@@ -10,11 +10,12 @@
 // block by block.
 //
 // Where the forward did not keep P (for inspection), the backward recomputes each block's scores
-// and softmax from Q and K, as FlashAttention does: with the same functions on the same block of
-// rows they are the forward's bits. Training then holds no (B, H, S, S) buffer at all. Where P is
-// kept, the backward reads it back, which at long sequences costs less than recomputing: (4, 1024,
-// 128) h8 took 65-70 ms a training step reading, 69-71 recomputing; at TST's (32, 128, 64) h8 the
-// layer's step took 9.6-10.1 ms reading P back from memory, 9.1-9.8 recomputing it.
+// and softmax from Q, K and each row's maximum and inverse sum, which the forward stored (2 values
+// a row), as FlashAttention does: the same operations on each score give the forward's bits.
+// Training then holds no (B, H, S, S) buffer at all. Where P is kept, the backward reads it back,
+// which at long sequences costs less than recomputing: (4, 1024, 128) h8 took 65-70 ms a training
+// step reading, 69-71 recomputing; at TST's (32, 128, 64) h8 the layer's step took 9.6-10.1 ms
+// reading P back from memory, 9.1-9.8 recomputing it.
 #pragma once
 
 #include <algorithm>
@@ -133,7 +134,7 @@ struct KeptProbabilities {
 // Backward, one task per (b, h), its query rows block by block (dK and dV sum over the blocks),
 // with the block's P~, dP~ and dA in the task's scratch, and P read from buf.probs where the
 // forward kept it, recomputed in scratch otherwise (as the forward made it: `forward_rows` holds
-// its masks and dropout decisions):
+// its masks, dropout decisions and rows' maxima and inverse sums):
 //   P = softmax rows of Q[r] K^T / sqrt(dh) (where not kept),  P~ = P m / (1 - p),
 //   dP~ = dO[r] V^T,  dV (+)= P~[r]^T dO[r],  dA = softmax backward row by row,
 //   dQ[r] = dA K,  dK (+)= dA^T Q[r].
@@ -184,7 +185,7 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
             block_rows.dropped_first_row = first_row;
             head::product_nt(dh, rows, seq, scale, q + std::int64_t(r0) * 3 * d, 3 * d, k, 3 * d,
                              recomputed, seq);
-            block_rows.host_rows(first_row, rows);
+            block_rows.host_rows_from_stats(first_row, rows);
           } else if (drop) {
             decide.for_each_keep_in_rows(std::uint64_t(first_row), rows, seq,
                                          KeptProbabilities<T>{p, kept, keep_scale});
