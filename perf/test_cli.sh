@@ -67,7 +67,10 @@ if ldd "$bench" 2>/dev/null | grep -q libopenblas; then
   for flag in avx512f avx512cd avx512bw avx512dq avx512vl; do
     grep -m1 '^flags' /proc/cpuinfo | grep -qw "$flag" || avx512=no
   done
+  avx2=yes
+  grep -m1 '^flags' /proc/cpuinfo | grep -qw avx2 || avx2=no
   for kernels in Haswell SkylakeX; do
+    [ "$kernels" = Haswell ] && [ "$avx2" = no ] && continue  # OpenBLAS would not run them
     [ "$kernels" = SkylakeX ] && [ "$avx512" = no ] && continue
     OPENBLAS_CORETYPE=$kernels "$bench" --list --filter encoding.copy >"$out/log" 2>&1
     note="note: this CPU has AVX-512 but OpenBLAS runs its Haswell (AVX2) kernels"
