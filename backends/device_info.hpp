@@ -32,8 +32,9 @@ struct HostBlasInfo {
   std::string kernels;  // "Haswell"
   // OpenBLAS runs AVX2 kernels (Haswell, Zen, SandyBridge) on a CPU with AVX-512 (F, CD, BW,
   // DQ, VL). The development machines' environment sets OPENBLAS_CORETYPE=Haswell; on their AMD
-  // Zen 5 OpenBLAS 0.3.21 itself picks Cooperlake (AVX-512), whose 1024^3 sgemm ran 1.3-1.6x
-  // faster. A benchmark's fraction of the sgemm limit depends on which it is.
+  // Zen 5 OpenBLAS 0.3.21 itself picks Cooperlake (AVX-512), whose 1024^3 sgemm ran at 311-362
+  // GFLOP/s on 2 threads against 188-206 with Haswell's. A benchmark's fraction of the sgemm limit
+  // depends on which it is.
   bool avx512_unused = false;
 };
 HostBlasInfo host_blas_info();

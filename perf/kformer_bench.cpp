@@ -673,10 +673,11 @@ int main(int argc, char* argv[]) {
     return 2;
   }
   if (!o.json.empty()) {
+    const kformer::backends::HostBlasInfo blas = kformer::backends::host_blas_info();
     nlohmann::json doc = {{"kokkos", kformer::backends::kokkos_version()},
                           {"compiler", kformer::backends::compiler_description()},
-                          {"host_blas", kformer::backends::host_blas_info().library},
-                          {"host_blas_kernels", kformer::backends::host_blas_info().kernels},
+                          {"host_blas", blas.library},
+                          {"host_blas_kernels", blas.kernels},
                           {"git_revision", git_revision()},
                           {"host", host_name()},
                           {"date", utc_now()},
