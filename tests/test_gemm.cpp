@@ -337,12 +337,12 @@ bool padding_untouched(const std::vector<T>& m, int rows, int cols, int ld, T pa
 // The three products of fused CPU attention (nt, nn, tn) against naive_gemm, at head widths with
 // loops of their own (8, 16, 32) and one that goes to the BLAS (4). Operands sit in wider rows
 // whose padding is NaN: a product that reads past its rows gives NaN. Row and column counts
-// cover the loops' whole blocks (16 rows or columns, 8) and their remainders.
+// cover the loops' whole blocks (64 columns, 16 rows or columns, 8, 4) and their remainders.
 template <class T>
 void check_head_products(double tolerance) {
   const T nan = std::numeric_limits<T>::quiet_NaN(), pad = T(-7);
   for (const int dh : {4, 8, 16, 32})
-    for (const auto& [m, n] : {std::array<int, 2>{64, 64}, {37, 45}, {128, 19}}) {
+    for (const auto& [m, n] : {std::array<int, 2>{64, 64}, {37, 45}, {128, 19}, {21, 83}}) {
       CAPTURE(dh, m, n);
       const int ld = dh + 5;  // qkv-like operands: rows of more than one head
       {                       // nt: C (m, n) = 0.5 A (m, dh) B (n, dh)^T
