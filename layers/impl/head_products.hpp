@@ -33,15 +33,21 @@ using backends::host_vector::store;
 using backends::host_vector::Vec;
 using backends::host_vector::VectorOf;
 
+// block[l][w] = B(j0 + w, l): C columns of B's rows from j0, transposed, for the nt loops.
+template <int DH, int C, class T>
+void transpose_rows(const T* b, int ldb, int j0, T (&block)[DH][C]) {
+  for (int w = 0; w < C; ++w)
+    for (int l = 0; l < DH; ++l)
+      block[l][w] = b[std::int64_t(j0 + w) * ldb + l];
+}
+
 // nt for C's columns [j0, j0 + kLanes): B's rows j0.. transposed into a local block, then every
 // row of C in turn.
 template <int DH, class T>
 void nt_columns(int m, int j0, T alpha, const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
   constexpr int W = kLanes<T>;
   T block[DH][W];
-  for (int w = 0; w < W; ++w)
-    for (int l = 0; l < DH; ++l)
-      block[l][w] = b[std::int64_t(j0 + w) * ldb + l];
+  transpose_rows(b, ldb, j0, block);
   Vec<T> bt[DH];
   for (int l = 0; l < DH; ++l)
     load(bt[l], block[l]);
@@ -69,9 +75,7 @@ template <int DH, class T>
 void nt_panel(int m, int j0, T alpha, const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
   constexpr int W = kLanes<T>;
   alignas(kVectorBytes) T block[DH][kPanelColumns];
-  for (int w = 0; w < kPanelColumns; ++w)
-    for (int l = 0; l < DH; ++l)
-      block[l][w] = b[std::int64_t(j0 + w) * ldb + l];
+  transpose_rows(b, ldb, j0, block);
   for (int r = 0; r < m; ++r) {
     const T* const ar = a + std::int64_t(r) * lda;
     T* const cr = c + std::int64_t(r) * ldc + j0;
@@ -135,9 +139,7 @@ template <int DH, class T>
 void nt_column_pairs(int m, int j0, T alpha, const T* a, int lda, const T* b, int ldb, T* c,
                      int ldc) {
   alignas(kVectorBytes) T block[DH][2 * kLanes<T>];
-  for (int w = 0; w < 2 * kLanes<T>; ++w)
-    for (int l = 0; l < DH; ++l)
-      block[l][w] = b[std::int64_t(j0 + w) * ldb + l];
+  transpose_rows(b, ldb, j0, block);
   int r = 0;
   for (; r + kPairRows <= m; r += kPairRows)
     nt_pair_rows<DH, kPairRows>(r, j0, alpha, a, lda, block, c, ldc);
@@ -237,33 +239,55 @@ void tn_rows(int m, int j0, const T* a, int lda, const T* b, int ldb, T beta, T*
 #if __has_builtin(__builtin_shufflevector)
 #define KFORMER_HOST_ROW_PAIRS 1
 
+// The lane shuffles of the two pair loops below, on float vectors of 16 lanes and their halves
+// (HalfVec: one head row of 8). Out-parameters, as everywhere here: see host_vector.hpp.
+template <class T>
+using HalfVec = typename VectorOf<T, kVectorBytes / 2>::type;
+
+// pair = the two values at p, repeated through the vector: p[0], p[1], p[0], p[1], ...
+template <class T>
+void broadcast_pair(Vec<T>& pair, const T* p) {
+  using PairWords = typename VectorOf<std::uint64_t, kVectorBytes>::type;
+  std::uint64_t word;
+  std::memcpy(&word, p, sizeof(word));
+  const PairWords words = PairWords{} + word;  // the word in every lane
+  std::memcpy(&pair, &words, sizeof(pair));
+}
+
+// out = x[0], y[0], x[1], y[1], ..., x[7], y[7].
+template <class T>
+void interleave(Vec<T>& out, const HalfVec<T>& x, const HalfVec<T>& y) {
+  out = __builtin_shufflevector(x, y, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+}
+
+// even = v's lanes 0, 2, ..., 14; odd = lanes 1, 3, ..., 15.
+template <class T>
+void split_lanes(HalfVec<T>& even, HalfVec<T>& odd, const Vec<T>& v) {
+  even = __builtin_shufflevector(v, v, 0, 2, 4, 6, 8, 10, 12, 14);
+  odd = __builtin_shufflevector(v, v, 1, 3, 5, 7, 9, 11, 13, 15);
+}
+
 // tn for C's rows [j0, j0 + 16), DH = 8, where a head row is half a vector (kLanes<T> == 16).
 template <class T>
 void tn_row_pairs(int m, int j0, const T* a, int lda, const T* b, int ldb, T beta, T* c, int ldc) {
   static_assert(kLanes<T> == 16 && sizeof(T) == 4, "two rows of 8 floats to a vector");
   using Row = HeadRow<8, T>;  // one vector of half width
-  using PairWords = typename VectorOf<std::uint64_t, kVectorBytes>::type;
   Vec<T> acc[8] = {};
   for (int r = 0; r < m; ++r) {
     Row br;
     br.load(b + std::int64_t(r) * ldb);
-    const Vec<T> b_twice =
-        __builtin_shufflevector(br.v[0], br.v[0], 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    Vec<T> b_twice;
+    interleave<T>(b_twice, br.v[0], br.v[0]);
     const T* const ar = a + std::int64_t(r) * lda + j0;
     for (int q = 0; q < 8; ++q) {
-      std::uint64_t word;
-      std::memcpy(&word, ar + 2 * q, sizeof(word));
-      const PairWords words = PairWords{} + word;  // the word in every lane
       Vec<T> pair;
-      std::memcpy(&pair, &words, sizeof(pair));
+      broadcast_pair(pair, ar + 2 * q);
       acc[q] += pair * b_twice;
     }
   }
   for (int q = 0; q < 8; ++q) {
-    const Vec<T> v = acc[q];
     Row rows[2];
-    rows[0].v[0] = __builtin_shufflevector(v, v, 0, 2, 4, 6, 8, 10, 12, 14);
-    rows[1].v[0] = __builtin_shufflevector(v, v, 1, 3, 5, 7, 9, 11, 13, 15);
+    split_lanes<T>(rows[0].v[0], rows[1].v[0], acc[q]);
     for (int i = 0; i < 2; ++i) {  // as tn_rows stores its rows
       T* const cj = c + std::int64_t(j0 + 2 * q + i) * ldc;
       if (beta != T(0)) {
@@ -287,29 +311,25 @@ template <int R, class T>
 void nn_k_pairs(int r0, int k, const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
   static_assert(kLanes<T> == 16 && sizeof(T) == 4, "two rows of 8 floats to a vector");
   using Row = HeadRow<8, T>;  // one vector of half width
-  using PairWords = typename VectorOf<std::uint64_t, kVectorBytes>::type;
   Vec<T> acc[R] = {};
   int j = 0;
   for (; j + 2 <= k; j += 2) {
     Row b_even, b_odd;
     b_even.load(b + std::int64_t(j) * ldb);
     b_odd.load(b + std::int64_t(j + 1) * ldb);
-    const Vec<T> b_pair = __builtin_shufflevector(b_even.v[0], b_odd.v[0], 0, 8, 1, 9, 2, 10, 3, 11,
-                                                  4, 12, 5, 13, 6, 14, 7, 15);
+    Vec<T> b_pair;
+    interleave<T>(b_pair, b_even.v[0], b_odd.v[0]);
     for (int q = 0; q < R; ++q) {
-      std::uint64_t word;
-      std::memcpy(&word, a + std::int64_t(r0 + q) * lda + j, sizeof(word));
-      const PairWords words = PairWords{} + word;  // the word in every lane
       Vec<T> pair;
-      std::memcpy(&pair, &words, sizeof(pair));
+      broadcast_pair(pair, a + std::int64_t(r0 + q) * lda + j);
       acc[q] += pair * b_pair;
     }
   }
   for (int q = 0; q < R; ++q) {
-    const Vec<T> v = acc[q];
+    HalfVec<T> even, odd;
+    split_lanes<T>(even, odd, acc[q]);
     Row row;
-    row.v[0] = __builtin_shufflevector(v, v, 0, 2, 4, 6, 8, 10, 12, 14) +
-               __builtin_shufflevector(v, v, 1, 3, 5, 7, 9, 11, 13, 15);
+    row.v[0] = even + odd;
     if (j < k) {  // an odd k's last term
       Row b_last;
       b_last.load(b + std::int64_t(j) * ldb);
