@@ -1,7 +1,8 @@
 #!/bin/sh
 # The perf tools' command lines: bad arguments are refused with exit status 2 and a message naming
-# the argument, before anything is timed; good ones list the cases. Nothing is timed: kformer-bench
-# only lists, and side_by_side.py gets a stand-in for it. A few seconds.
+# the argument, before anything is timed; good ones list the cases. Little is timed: kformer-bench
+# lists, but for one short --profile run, and side_by_side.py gets a stand-in for it. A few
+# seconds.
 #   Usage: test_cli.sh PATH/TO/kformer-bench [PYTHON3]
 # With PYTHON3, perf/compare_pytorch.py and perf/side_by_side.py too, under a stand-in torch
 # package that refuses to be imported (their checks and --list must not need PyTorch, a test-time
@@ -55,6 +56,9 @@ expect 2 "cannot write --json $out/missing/r.json: No such file or directory" \
 expect 2 "json cannot go with --list" --list --json "$out/r.json"
 expect 2 "json cannot go with --profile" --profile --json "$out/r.json"
 expect 2 "unknown argument '--bogus'" --bogus
+# A profile counts the timed runs only, not the two warm-ups before them.
+expect 0 " 3 calls  kformer::positional_encoding::add$" \
+  --profile --backend serial --filter encoding.fixed.add --repeat 3
 if [ -e "$out/r.json" ]; then
   echo "FAIL: a refused --json run left $out/r.json behind"
   failures=$((failures + 1))
