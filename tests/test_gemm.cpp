@@ -96,9 +96,12 @@ TEST_CASE("host GEMMs are cut into one block of rows or columns per thread", "[b
   CHECK((!cols.by_rows && cols.length == 128 && cols.blocks == 2));
   const auto many = partition_host_gemm(16, 192, 64, 2048);  // 12 blocks of 16 rows
   CHECK((many.by_rows && many.length == 16 && many.blocks == 12));
-  // Not cut: one thread, under 2 MFLOP a thread, too narrow for a block each.
+  const auto head = partition_host_gemm(2, 32, 4, 8192);  // TST's output layer, 2 MFLOP
+  CHECK((head.by_rows && head.length == 16 && head.blocks == 2));
+  // Not cut: one thread, under 1 MFLOP a thread, too narrow for a block each.
   CHECK(partition_host_gemm(1, 2048, 2048, 2048).blocks == 0);
   CHECK(partition_host_gemm(2, 128, 128, 8).blocks == 0);
+  CHECK(partition_host_gemm(2, 128, 64, 60).blocks == 0);
   CHECK(partition_host_gemm(2, 16, 16, 100000).blocks == 0);
   CHECK(partition_host_gemm(16, 40, 20, 20000).blocks == 0);
 }

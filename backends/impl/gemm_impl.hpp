@@ -63,8 +63,12 @@ void reproducible_host_gemm(const ExecutionSpace& exec, bool trans_a, bool trans
 // execution space: 150-205 GFLOP/s on those shapes and 204 on (1024)^3 (OpenBLAS: 191).
 // Returns false, having done nothing, for a product too small to be worth sharing (under
 // kMinFlopsPerBlock a thread) or too narrow to give each thread a block: the caller's BLAS call
-// then threads it itself.
-inline constexpr double kMinFlopsPerBlock = 2.0 * (1 << 20);
+// then threads it itself. Products of 2 MFLOP are cut in two: OpenBLAS's 2 threads took 19-39 us
+// on (256, 64) x (64, 64), (512, 32) x (32, 64), (256, 16) x (16, 256) and the like, and 216 us on
+// TST's output layer (32, 8192) x (8192, 4); two blocks 8-13 us and 16 us (Cooperlake kernels;
+// with Haswell's 2-3x and 4x). At 1 MFLOP OpenBLAS's single-threaded small-matrix kernels took
+// 4.8-5.2 us, two blocks 6.1-7.7 (Haswell's kernels: 17-21 us, two blocks 9.4-9.6).
+inline constexpr double kMinFlopsPerBlock = 1 << 20;
 inline constexpr int kBlockAlignment = 16;  // rows or columns: whole vector registers of floats
 
 // How partitioned_host_gemm cuts a (m, n) = (m, k) (k, n) product for `threads` threads: blocks
