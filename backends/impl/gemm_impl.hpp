@@ -66,8 +66,8 @@ void reproducible_host_gemm(const ExecutionSpace& exec, bool trans_a, bool trans
 // then threads it itself. Products of 2 MFLOP are cut in two: OpenBLAS's 2 threads took 19-39 us
 // on (256, 64) x (64, 64), (512, 32) x (32, 64), (256, 16) x (16, 256) and the like, and 216 us on
 // TST's output layer (32, 8192) x (8192, 4); two blocks 8-13 us and 16 us (Cooperlake kernels;
-// with Haswell's 2-3x and 4x). At 1 MFLOP OpenBLAS's single-threaded small-matrix kernels took
-// 4.8-5.2 us, two blocks 6.1-7.7 (Haswell's kernels: 17-21 us, two blocks 9.4-9.6).
+// Haswell's: 25-49 us against 15-16, 178 against 49). At 1 MFLOP OpenBLAS's single-threaded
+// small-matrix kernels took 4.8-5.2 us, two blocks 6.1-7.7 (Haswell's: 17-21 us against 9.4-9.6).
 inline constexpr double kMinFlopsPerBlock = 1 << 20;
 inline constexpr int kBlockAlignment = 16;  // rows or columns: whole vector registers of floats
 
