@@ -463,10 +463,13 @@ struct Precision {
 template <class F>
 void dispatch(const std::string& backend, const std::string& precision, F&& f) {
   backends::dispatch(backend, [&](auto space) {
-    if (precision == "double")
-      f(space, Precision<double>{});
-    else
-      f(space, Precision<float>{});
+#if KFORMER_ENABLE_DOUBLE
+    if (precision == "double") return f(space, Precision<double>{});
+#endif
+    if (precision != "float")
+      fail("kformer", "--precision ", precision,
+           " is not built in (this build has float only: KFORMER_ENABLE_DOUBLE is off)");
+    f(space, Precision<float>{});
   });
 }
 

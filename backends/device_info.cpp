@@ -147,8 +147,67 @@ std::string format_bytes(double bytes) {
   return text;
 }
 
+std::string kokkos_kernels_description() {
+#if KFORMER_ENABLE_KOKKOS_KERNELS
+  std::ostringstream os;
+  os << "Kokkos Kernels " << KFORMER_KOKKOSKERNELS_VERSION_STRING << ", TPLs:";
+  int tpls = 0;
+  const auto tpl = [&](const char* name) {
+    os << ' ' << name;
+    ++tpls;
+  };
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+  tpl("BLAS");
+#endif
+#if defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
+  tpl("cuBLAS");
+#endif
+#if defined(KOKKOSKERNELS_ENABLE_TPL_ROCBLAS)
+  tpl("rocBLAS");
+#endif
+  if (tpls == 0) os << " none (its own GEMM kernels)";
+  return os.str();
+#else
+  return "no Kokkos Kernels (GEMMs by kformer's Kokkos-native kernel)";
+#endif
+}
+
+std::string kokkos_options() {
+  std::string options;
+  [[maybe_unused]] const auto add = [&](const char* name) {
+    options += options.empty() ? name : std::string(", ") + name;
+  };
+#if defined(KOKKOS_ENABLE_DEPRECATED_CODE_3)
+  add("deprecated code 3");
+#endif
+#if defined(KOKKOS_ENABLE_DEPRECATED_CODE_4)
+  add("deprecated code 4");
+#endif
+#if defined(KOKKOS_ENABLE_DEPRECATED_CODE_5)
+  add("deprecated code 5");
+#endif
+#if defined(KOKKOS_ENABLE_DEBUG)
+  add("debug");
+#endif
+#if defined(KOKKOS_ENABLE_DEBUG_BOUNDS_CHECK)
+  add("bounds checks");
+#endif
+#if defined(KOKKOS_ENABLE_CUDA_LAMBDA) || (defined(KOKKOS_ENABLE_CUDA) && KOKKOS_VERSION >= 40000)
+  add("CUDA lambdas");
+#endif
+#if defined(KOKKOS_ENABLE_CUDA_RELOCATABLE_DEVICE_CODE)
+  add("CUDA relocatable device code");
+#endif
+  return options.empty() ? "none of note" : options;
+}
+
 void print_backends(std::ostream& os, bool verbose) {
-  os << "kformer on Kokkos " << kokkos_version() << ", " << compiler_description() << '\n';
+  os << "kformer " << KFORMER_VERSION_STRING << " (C++" << KFORMER_CXX_STANDARD << ", "
+     << compiler_description() << ") on Kokkos " << kokkos_version() << '\n';
+  os << "  Kokkos options: " << kokkos_options() << '\n';
+  os << "  " << kokkos_kernels_description() << '\n';
+  os << "  double precision in the program and benchmarks: "
+     << (KFORMER_ENABLE_DOUBLE ? "on" : "off (KFORMER_ENABLE_DOUBLE)") << '\n';
   for_each_space([&](auto space) {
     const BackendInfo info = backend_info(space);
     os << "  " << info.backend << ": " << info.device << ", memory " << info.memory_space << '\n';

@@ -23,6 +23,8 @@ struct BackendInfo {
 std::string host_cpu_model();
 std::string compiler_description();          // "GCC 12.2.0"
 std::string kokkos_version();                // "3.4.01"
+std::string kokkos_options();                // "deprecated code 4, bounds checks"
+std::string kokkos_kernels_description();    // "Kokkos Kernels 4.5.1, TPLs: BLAS"
 std::string gpu_device_name(int device_id);  // empty when no GPU backend is compiled in
 
 // The host BLAS as it describes itself: OpenBLAS's build and the kernels it chose for this CPU.

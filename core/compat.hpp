@@ -5,9 +5,16 @@
 #pragma once
 
 #include <Kokkos_Core.hpp>
-#if defined(KFORMER_ENABLE_KOKKOS_KERNELS)
+#include <kformer/config.hpp>
+#if KFORMER_ENABLE_KOKKOS_KERNELS
 #include <KokkosKernels_config.h>
 #endif
+
+// The Kokkos headers this translation unit sees must be those kformer was configured with (a
+// second Kokkos on the include path would otherwise fail at link time or, worse, at run time).
+static_assert(KOKKOS_VERSION == KFORMER_KOKKOS_VERSION,
+              "kformer was configured with another Kokkos version than the Kokkos_Core.hpp "
+              "included here (KFORMER_KOKKOS_VERSION_STRING in kformer/config.hpp says which)");
 
 namespace kformer::compat {
 

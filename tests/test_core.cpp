@@ -1,6 +1,6 @@
 // core/: error messages, the counter-based generator, atomic file output, PNG output, the
 // vectorisable sin/cos (of an angle, and of a product v w).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,9 +79,8 @@ TEST_CASE("write_file_atomic replaces whole files and leaves them alone on failu
   CHECK(read_file(path) == "first");
   write_file_atomic(path, "second version");
   CHECK(read_file(path) == "second version");
-  CHECK_THROWS_WITH(
-      write_file_atomic(dir + "/missing/out.txt", "x"),
-      Catch::Contains("kformer::write_file_atomic") && Catch::Contains("missing/out.txt"));
+  CHECK_THROWS_WITH(write_file_atomic(dir + "/missing/out.txt", "x"),
+                    ContainsText("kformer::write_file_atomic") && ContainsText("missing/out.txt"));
   if (geteuid() != 0) {  // root writes into read-only directories
     chmod(dir.c_str(), 0500);
     CHECK_THROWS_AS(write_file_atomic(path, "third"), Error);
@@ -108,7 +107,7 @@ TEST_CASE("write_heatmap_png writes a PNG of the matrix size", "[core][io]") {
   CHECK(u32(20) == 4);   // height: 2 rows x 2 pixels
   std::remove(path.c_str());
   CHECK_THROWS_WITH(write_heatmap_png(path, {1.0, 2.0}, 2, 3, 0, 1),
-                    Catch::Contains("expected 6 values"));
+                    ContainsText("expected 6 values"));
 }
 
 TEST_CASE("math::exp_nonpositive and math::erf for float are within their documented errors",

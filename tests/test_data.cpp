@@ -1,7 +1,7 @@
 // data/: the .ts and CSV readers on small hand-written files (values, padding, labels, and the
 // file:line:column of every malformed input), the .ts writer, standardization, splits, batches,
 // and the Lorenz-96 default datasets.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -207,15 +207,15 @@ TEST_CASE(".ts: malformed files name the file, line and column", "[data][ts][err
     const std::string path = dir.file("bad.ts", text);
     const std::string message = error_of([&] { read_ts(path); });
     INFO(text);
-    CHECK_THAT(message, Catch::StartsWith("kformer::data::read_ts: " + dir.path + "/") &&
-                            Catch::Contains(expected));
+    CHECK_THAT(message, StartsWithText("kformer::data::read_ts: " + dir.path + "/") &&
+                            ContainsText(expected));
   }
   CHECK_THAT(error_of([&] { read_ts(dir.path + "/missing.ts"); }),
-             Catch::Contains("cannot read '" + dir.path + "/missing.ts'"));
+             ContainsText("cannot read '" + dir.path + "/missing.ts'"));
   // With too many fields and no label declared, the message says why a label would not fit.
   CHECK_THAT(error_of([] { parse_ts("@dimensions 1\n@data\n1:a\n", "x.ts"); }),
-             Catch::Contains("x.ts:3:2: expected 1 dimension separated by ':', found 2 fields "
-                             "(no @classLabel or @targetLabel line declares a label)"));
+             ContainsText("x.ts:3:2: expected 1 dimension separated by ':', found 2 fields "
+                          "(no @classLabel or @targetLabel line declares a label)"));
 }
 
 TEST_CASE(".ts: written sets read back identically", "[data][ts]") {
@@ -246,10 +246,10 @@ TEST_CASE(".ts: written sets read back identically", "[data][ts]") {
   CHECK(back.labels == set.labels);
   // The header says what the data is.
   const std::string text = format_ts(set, "RoundTrip");
-  CHECK_THAT(text, Catch::Contains("@missing true\n") && Catch::Contains("@dimensions 2\n") &&
-                       Catch::Contains("@equalLength false\n") &&
-                       Catch::Contains("@classLabel true x y\n"));
-  CHECK_THAT(text, Catch::Contains("\n0.1,3.4e+38,?,7:-1e-07,0.33333334,2,8:y\n"));
+  CHECK_THAT(text, ContainsText("@missing true\n") && ContainsText("@dimensions 2\n") &&
+                       ContainsText("@equalLength false\n") &&
+                       ContainsText("@classLabel true x y\n"));
+  CHECK_THAT(text, ContainsText("\n0.1,3.4e+38,?,7:-1e-07,0.33333334,2,8:y\n"));
 
   SeriesSet regression;
   regression.reset(2, 2, 1);
@@ -260,8 +260,8 @@ TEST_CASE(".ts: written sets read back identically", "[data][ts]") {
   const SeriesSet regression_back = parse_ts(format_ts(regression, "R"), "r.ts");
   CHECK(regression_back.targets == regression.targets);
   CHECK(regression_back.values == regression.values);
-  CHECK_THAT(format_ts(regression, "R"), Catch::Contains("@univariate true\n@equalLength true\n"
-                                                         "@seriesLength 2\n@targetLabel true\n"));
+  CHECK_THAT(format_ts(regression, "R"), ContainsText("@univariate true\n@equalLength true\n"
+                                                      "@seriesLength 2\n@targetLabel true\n"));
 }
 
 TEST_CASE(".ts: the writer refuses what the format cannot hold", "[data][ts][errors]") {
@@ -269,25 +269,25 @@ TEST_CASE(".ts: the writer refuses what the format cannot hold", "[data][ts][err
   set.reset(1, 2, 1);
   set.lengths = {2};
   set.values = {1, 2};
-  CHECK_THAT(error_of([&] { format_ts(set, "has space"); }), Catch::Contains("problem name"));
+  CHECK_THAT(error_of([&] { format_ts(set, "has space"); }), ContainsText("problem name"));
   SeriesSet two_targets = set;
   two_targets.n_targets = 2;
   two_targets.targets = {1, 2};
   CHECK_THAT(error_of([&] { format_ts(two_targets, "P"); }),
-             Catch::Contains("one regression target per series, the set has 2"));
+             ContainsText("one regression target per series, the set has 2"));
   SeriesSet bad_class = set;
   bad_class.class_names = {"a b"};
   bad_class.labels = {0};
-  CHECK_THAT(error_of([&] { format_ts(bad_class, "P"); }), Catch::Contains("class name 'a b'"));
+  CHECK_THAT(error_of([&] { format_ts(bad_class, "P"); }), ContainsText("class name 'a b'"));
   SeriesSet empty_series = set;
   empty_series.lengths = {0};
   empty_series.values = {NaN, NaN};
   CHECK_THAT(error_of([&] { format_ts(empty_series, "P"); }),
-             Catch::Contains("series 0 has no observed steps"));
+             ContainsText("series 0 has no observed steps"));
   SeriesSet inconsistent = set;
   inconsistent.values = {1, 2, 3};
   CHECK_THAT(error_of([&] { format_ts(inconsistent, "P"); }),
-             Catch::Contains("values holds 3 entries, expected 2"));
+             ContainsText("values holds 3 entries, expected 2"));
 }
 
 // --- CSV ----------------------------------------------------------------------------------------
@@ -378,20 +378,20 @@ TEST_CASE("CSV, one file: malformed input names the file, line and column", "[da
     if (expected.find("given class names") != std::string::npos) options.class_names = {"p", "q"};
     const std::string message = error_of([&] { read_csv(path, options); });
     INFO(text);
-    CHECK_THAT(message, Catch::StartsWith("kformer::data::read_csv: " + dir.path + "/") &&
-                            Catch::Contains(expected));
+    CHECK_THAT(message, StartsWithText("kformer::data::read_csv: " + dir.path + "/") &&
+                            ContainsText(expected));
   }
   CsvOptions clash;
   clash.time_column = "series_id";
   const std::string path = dir.file("ok.csv", "series_id,x\na,1\n");
   CHECK_THAT(error_of([&] { read_csv(path, clash); }),
-             Catch::Contains("column 'series_id' is given two roles"));
+             ContainsText("column 'series_id' is given two roles"));
   CsvOptions unknown_feature;
   unknown_feature.feature_columns = {"nope"};
   CHECK_THAT(error_of([&] { read_csv(path, unknown_feature); }),
-             Catch::Contains("ok.csv:1:1: no feature column 'nope' in the header"));
+             ContainsText("ok.csv:1:1: no feature column 'nope' in the header"));
   CHECK_THAT(error_of([&] { read_csv(dir.path + "/missing.csv"); }),
-             Catch::Contains("cannot read '" + dir.path + "/missing.csv'"));
+             ContainsText("cannot read '" + dir.path + "/missing.csv'"));
 }
 
 TEST_CASE("CSV, one file per series: labels file, time order, columns by name", "[data][csv]") {
@@ -464,15 +464,14 @@ TEST_CASE("CSV, one file per series: errors point at the labels file or the seri
   for (const auto& [text, expected] : cases) {
     const std::string labels = dir.file("labels.csv", text);
     INFO(text);
-    CHECK_THAT(
-        error_of([&] { read_csv_directory(series, labels, options); }),
-        Catch::StartsWith("kformer::data::read_csv_directory: ") && Catch::Contains(expected));
+    CHECK_THAT(error_of([&] { read_csv_directory(series, labels, options); }),
+               StartsWithText("kformer::data::read_csv_directory: ") && ContainsText(expected));
   }
   CsvDirectoryOptions regression = options;
   regression.regression = true;
   const std::string labels = dir.file("labels.csv", "id,label\nrun1,tall\n");
   CHECK_THAT(error_of([&] { read_csv_directory(series, labels, regression); }),
-             Catch::Contains("labels.csv:2:6: column 'label': expected a number, found 'tall'"));
+             ContainsText("labels.csv:2:6: column 'label': expected a number, found 'tall'"));
 }
 
 // --- preprocessing ------------------------------------------------------------------------------
@@ -527,12 +526,12 @@ TEST_CASE("Standardization fits on observed values and restores from its vectors
   SeriesSet three_features;
   three_features.reset(1, 1, 3);
   CHECK_THROWS_WITH(fitted.apply(three_features),
-                    Catch::Contains("fitted for 2 means and 2 stds, the data has 3 features"));
+                    ContainsText("fitted for 2 means and 2 stds, the data has 3 features"));
   const Standardization broken{{0, 0}, {1, 0}};
-  CHECK_THROWS_WITH(broken.apply(set), Catch::Contains("feature 1 has mean 0 and std 0"));
+  CHECK_THROWS_WITH(broken.apply(set), ContainsText("feature 1 has mean 0 and std 0"));
   std::vector<float> ragged(3);
   CHECK_THROWS_WITH(fitted.apply(ragged.data(), ragged.size()),
-                    Catch::Contains("3 values are not whole steps of 2 features"));
+                    ContainsText("3 values are not whole steps of 2 features"));
 }
 
 TEST_CASE("train_validation_split is deterministic, a partition, and stratified",
@@ -565,7 +564,7 @@ TEST_CASE("train_validation_split is deterministic, a partition, and stratified"
   CHECK(train_validation_split(regression, 0.25, 1).validation.size() == 3);  // round(2.5)
   CHECK(train_validation_split(regression, 0.0, 1).train.size() == 10);
   CHECK_THROWS_WITH(train_validation_split(regression, 1.0, 1),
-                    Catch::Contains("validation fraction 1 is outside [0, 1)"));
+                    ContainsText("validation fraction 1 is outside [0, 1)"));
 }
 
 TEST_CASE("seeded_shuffle draws every permutation equally often", "[data][preprocess]") {
@@ -612,16 +611,16 @@ TEST_CASE("gather_batch fills preallocated buffers with values, masks and labels
   CHECK(batch.padding_mask.data() == mask);
 
   CHECK_THROWS_WITH(gather_batch(set, {0, 1, 0, 1}, 0, 4, batch),
-                    Catch::Contains("batch of 4 series, the buffers hold 3"));
+                    ContainsText("batch of 4 series, the buffers hold 3"));
   CHECK_THROWS_WITH(gather_batch(set, {0, 5}, 0, 2, batch),
-                    Catch::Contains("index 5 at position 1 is outside [0, 2)"));
+                    ContainsText("index 5 at position 1 is outside [0, 2)"));
   CHECK_THROWS_WITH(gather_batch(set, order, 2, 2, batch),
-                    Catch::Contains("series [2, 4) of an order of 3"));
+                    ContainsText("series [2, 4) of an order of 3"));
   CHECK(batch.indices == std::vector<std::int64_t>{1, -1, -1});  // untouched by failures
   SeriesSet longer = set;
   longer.set_max_len(5);
   CHECK_THROWS_WITH(gather_batch(longer, order, 0, 1, batch),
-                    Catch::Contains("the batch was made for series of (3 steps"));
+                    ContainsText("the batch was made for series of (3 steps"));
 }
 
 TEST_CASE("SeriesSet subset, set_max_len and validate", "[data]") {
@@ -631,7 +630,7 @@ TEST_CASE("SeriesSet subset, set_max_len and validate", "[data]") {
   CHECK(picked.lengths == std::vector<std::int32_t>{2});
   CHECK(picked.labels == std::vector<std::int32_t>{1});
   CHECK(same_values(picked.values, {5, 4, NaN, 4, NaN, NaN}));
-  CHECK_THROWS_WITH(set.subset({2}), Catch::Contains("index 2 is outside [0, 2)"));
+  CHECK_THROWS_WITH(set.subset({2}), ContainsText("index 2 is outside [0, 2)"));
 
   SeriesSet cut = set;
   cut.set_max_len(2);
@@ -644,12 +643,11 @@ TEST_CASE("SeriesSet subset, set_max_len and validate", "[data]") {
 
   SeriesSet bad = set;
   bad.values[5 * 2 + 1] = 1.0f;  // series 1, step 2: padding
-  CHECK_THROWS_WITH(
-      bad.validate("kformer::test"),
-      Catch::Contains("kformer::test: series 1 (length 2) has a value in its padding"));
+  CHECK_THROWS_WITH(bad.validate("kformer::test"),
+                    ContainsText("kformer::test: series 1 (length 2) has a value in its padding"));
   bad = set;
   bad.labels[0] = 2;
-  CHECK_THROWS_WITH(bad.validate("x"), Catch::Contains("series 0 has label 2, outside [0, 2)"));
+  CHECK_THROWS_WITH(bad.validate("x"), ContainsText("series 0 has label 2, outside [0, 2)"));
 }
 
 // --- the default datasets -----------------------------------------------------------------------
@@ -673,9 +671,8 @@ TEST_CASE("Lorenz-96 data is deterministic per seed and per series", "[data][lor
   Lorenz96Options bad = small;
   bad.sample_interval = 0.1;
   bad.rk4_step = 0.03;
-  CHECK_THROWS_WITH(
-      lorenz96_classification(4, 1, bad),
-      Catch::Contains("kformer::data::lorenz96_classification: options out of range"));
+  CHECK_THROWS_WITH(lorenz96_classification(4, 1, bad),
+                    ContainsText("kformer::data::lorenz96_classification: options out of range"));
 }
 
 namespace {

@@ -1,6 +1,6 @@
 // The learnable positional encoding: initialisation, forward values, gradients by finite
 // differences, length policies, errors, determinism across backends, and allocations.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -166,8 +166,8 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding length policies", "[encodin
     Tensor3<double, M> y("y", batch, seq, dim);
     Kokkos::deep_copy(y, 7.0);
     CHECK_THROWS_WITH(layer.forward(Space(), x, y),
-                      Catch::Contains("kformer::LearnablePositionalEncoding::forward") &&
-                          Catch::Contains("sequence length 13 exceeds max_len 8"));
+                      ContainsText("kformer::LearnablePositionalEncoding::forward") &&
+                          ContainsText("sequence length 13 exceeds max_len 8"));
     for (double v : host_values(y))
       REQUIRE(v == 7.0);
   }
@@ -188,7 +188,7 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding length policies", "[encodin
     CHECK(max_abs_diff(host_values(y), expected) == 0.0);
     Tensor3<double, M> y_full("y_full", batch, seq, dim);
     CHECK_THROWS_WITH(layer.forward(Space(), x, y_full),
-                      Catch::Contains("y has shape (2, 13, 4), expected (2, 8, 4)"));
+                      ContainsText("y has shape (2, 13, 4), expected (2, 8, 4)"));
   }
   SECTION("interpolate resamples the table linearly") {
     LearnablePositionalEncodingOptions opt;
@@ -219,17 +219,17 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding rejects bad arguments",
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
   CHECK_THROWS_WITH((LearnablePositionalEncoding<float, Space>(Space(), 0, 4)),
-                    Catch::Contains("max_len must be at least 1, got 0"));
+                    ContainsText("max_len must be at least 1, got 0"));
   CHECK_THROWS_WITH((LearnablePositionalEncoding<float, Space>(Space(), 4, 0)),
-                    Catch::Contains("dim must be at least 1, got 0"));
+                    ContainsText("dim must be at least 1, got 0"));
   LearnablePositionalEncoding<float, Space> layer(Space(), 16, 4);
   Tensor3<float, M> x("x", 2, 5, 3), y("y", 2, 5, 4), dx("dx", 2, 5, 4), dy_bad("dy", 2, 6, 4);
   CHECK_THROWS_WITH(layer.forward(Space(), x, y),
-                    Catch::Contains("x has shape (2, 5, 3), expected (*, *, 4)"));
+                    ContainsText("x has shape (2, 5, 3), expected (*, *, 4)"));
   Kokkos::deep_copy(layer.pe().grad, 1.0f);
   CHECK_THROWS_WITH(layer.backward(Space(), dy_bad, dx),
-                    Catch::Contains("kformer::LearnablePositionalEncoding::backward") &&
-                        Catch::Contains("dy has shape (2, 6, 4), expected (2, 5, 4)"));
+                    ContainsText("kformer::LearnablePositionalEncoding::backward") &&
+                        ContainsText("dy has shape (2, 6, 4), expected (2, 5, 4)"));
   for (double g : host_values(layer.pe().grad))
     REQUIRE(g == 1.0);  // nothing accumulated
 }

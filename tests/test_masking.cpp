@@ -2,7 +2,7 @@
 // fraction, run lengths, independence of variables against the closed forms), excluded
 // features, the forecasting mask, padding, reproducibility across backends and batches, applying
 // a mask with missing values, and errors.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>

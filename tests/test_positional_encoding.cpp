@@ -1,7 +1,7 @@
 // The fixed sinusoidal encoding: values against the host reference, the layer's algebra
 // (identity Jacobian, batch invariance), why it exists (breaking permutation equivariance), and
 // agreement between backends.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -93,7 +93,7 @@ TEMPLATE_LIST_TEST_CASE("positional_encoding writes into the caller's matrix wit
   CHECK(max_abs_diff(host_values(pe), ref.matrix(seq, 321)) <= 1e-12);
   CHECK(max_abs_diff(host_values(pe_float), ref.matrix(seq, 321)) <= 2e-6);
   CHECK_THROWS_WITH(positional_encoding(Space(), Tensor2<float, M>("empty", 4, 0)),
-                    Catch::Contains("kformer::positional_encoding") && Catch::Contains("dim"));
+                    ContainsText("kformer::positional_encoding") && ContainsText("dim"));
 }
 
 TEMPLATE_LIST_TEST_CASE("positional_encoding: the documented dim-4 example", "[encoding][fixed]",
@@ -286,18 +286,18 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding rejects bad shapes and leaves the ou
   Tensor3<float, M> x("x", 2, 5, 7), y("y", 2, 5, 8), y_bad("y_bad", 2, 4, 8);
   Kokkos::deep_copy(y, 42.0f);
   CHECK_THROWS_WITH(layer.forward(Space(), x, y),
-                    Catch::Contains("kformer::PositionalEncoding::forward") &&
-                        Catch::Contains("x has shape (2, 5, 7), expected (*, *, 8)"));
+                    ContainsText("kformer::PositionalEncoding::forward") &&
+                        ContainsText("x has shape (2, 5, 7), expected (*, *, 8)"));
   Tensor3<float, M> x_ok("x_ok", 2, 5, 8);
   CHECK_THROWS_WITH(layer.forward(Space(), x_ok, y_bad),
-                    Catch::Contains("y has shape (2, 4, 8), expected (2, 5, 8)"));
+                    ContainsText("y has shape (2, 4, 8), expected (2, 5, 8)"));
   for (double v : host_values(y))
     REQUIRE(v == 42.0);
   CHECK_THROWS_AS((PositionalEncoding<float, Space>(0)), Error);
   PositionalEncodingOptions bad_base;
   bad_base.base = 1.0;
-  CHECK_THROWS_WITH((PositionalEncoding<float, Space>(8, bad_base)), Catch::Contains("base"));
-  CHECK_THROWS_WITH(positional_encoding<float>(Space(), 8, -1), Catch::Contains("seq_length"));
+  CHECK_THROWS_WITH((PositionalEncoding<float, Space>(8, bad_base)), ContainsText("base"));
+  CHECK_THROWS_WITH(positional_encoding<float>(Space(), 8, -1), ContainsText("seq_length"));
 }
 
 TEMPLATE_LIST_TEST_CASE("PositionalEncoding allocates nothing in steady state",

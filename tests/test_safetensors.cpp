@@ -1,7 +1,7 @@
 // core/safetensors: the golden file of an independent writer (tests/golden/
 // make_safetensors_golden.py), round trips of every dtype through the Writer, the exact bytes the
 // Writer produces, every kind of corrupt file, and copies into Views on every backend.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -150,20 +150,19 @@ TEST_CASE("safetensors reads the golden file of an independent writer", "[core][
 
 TEST_CASE("safetensors conversions refuse what does not fit", "[core][safetensors][errors]") {
   const File file = File::read(golden_path("safetensors_golden.safetensors"));
-  CHECK_THROWS_WITH(file.to_float("f64"), Catch::Contains("tensor 'f64'") &&
-                                              Catch::Contains("-1e+300") &&
-                                              Catch::Contains("outside float's range"));
-  CHECK_THROWS_WITH(file.to_int64("f32"), Catch::Contains("tensor 'f32' has dtype F32") &&
-                                              Catch::Contains("only integer and BOOL"));
-  CHECK_THROWS_WITH(file.info("missing"), Catch::Contains("no tensor 'missing'") &&
-                                              Catch::Contains("holds 11 tensors: 'u8', 'f64'"));
+  CHECK_THROWS_WITH(file.to_float("f64"), ContainsText("tensor 'f64'") && ContainsText("-1e+300") &&
+                                              ContainsText("outside float's range"));
+  CHECK_THROWS_WITH(file.to_int64("f32"), ContainsText("tensor 'f32' has dtype F32") &&
+                                              ContainsText("only integer and BOOL"));
+  CHECK_THROWS_WITH(file.info("missing"), ContainsText("no tensor 'missing'") &&
+                                              ContainsText("holds 11 tensors: 'u8', 'f64'"));
   CHECK_THROWS_AS(file.bytes("missing"), Error);
 
   Writer writer;
   writer.add<std::uint64_t>("big", {2}, {std::uint64_t(1) << 63, 5});
   const File big = File::parse(writer.serialize());
-  CHECK_THROWS_WITH(big.to_int64("big"), Catch::Contains("U64 value 9223372036854775808") &&
-                                             Catch::Contains("does not fit in int64"));
+  CHECK_THROWS_WITH(big.to_int64("big"), ContainsText("U64 value 9223372036854775808") &&
+                                             ContainsText("does not fit in int64"));
   CHECK(big.to_double("big") == std::vector<double>{9223372036854775808.0, 5.0});
 }
 
@@ -269,19 +268,19 @@ TEST_CASE("safetensors Writer output matches the format byte for byte", "[core][
 TEST_CASE("safetensors Writer refuses inconsistent tensors", "[core][safetensors][errors]") {
   Writer writer;
   writer.add<float>("a", {2}, {1, 2});
-  CHECK_THROWS_WITH(writer.add<float>("a", {1}, {1}), Catch::Contains("'a' was added twice"));
+  CHECK_THROWS_WITH(writer.add<float>("a", {1}, {1}), ContainsText("'a' was added twice"));
   CHECK_THROWS_WITH(writer.add<float>("b", {2, 2}, {1, 2, 3}),
-                    Catch::Contains("shape (2, 2) of F32 needs 16 bytes, given 12"));
+                    ContainsText("shape (2, 2) of F32 needs 16 bytes, given 12"));
   CHECK_THROWS_WITH(writer.add("c", Dtype::F16, {3}, "abcd"),
-                    Catch::Contains("needs 6 bytes, given 4"));
-  CHECK_THROWS_WITH(writer.add<float>("d", {-1}, {}), Catch::Contains("negative extent"));
-  CHECK_THROWS_WITH(writer.add<float>("", {0}, {}), Catch::Contains("name is empty"));
-  CHECK_THROWS_WITH(writer.add<float>("__metadata__", {0}, {}), Catch::Contains("reserved"));
-  CHECK_THROWS_WITH(writer.add<float>("bad\xff", {0}, {}), Catch::Contains("not valid UTF-8"));
-  CHECK_THROWS_WITH(writer.set_metadata("k", "\xc3"), Catch::Contains("not valid UTF-8"));
+                    ContainsText("needs 6 bytes, given 4"));
+  CHECK_THROWS_WITH(writer.add<float>("d", {-1}, {}), ContainsText("negative extent"));
+  CHECK_THROWS_WITH(writer.add<float>("", {0}, {}), ContainsText("name is empty"));
+  CHECK_THROWS_WITH(writer.add<float>("__metadata__", {0}, {}), ContainsText("reserved"));
+  CHECK_THROWS_WITH(writer.add<float>("bad\xff", {0}, {}), ContainsText("not valid UTF-8"));
+  CHECK_THROWS_WITH(writer.set_metadata("k", "\xc3"), ContainsText("not valid UTF-8"));
   ScratchDir dir;
   CHECK_THROWS_WITH(writer.write(dir.path + "/no/such/dir.safetensors"),
-                    Catch::Contains("kformer::write_file_atomic"));
+                    ContainsText("kformer::write_file_atomic"));
 }
 
 TEST_CASE("safetensors reader rejects corrupt files with a clear message",
@@ -361,12 +360,11 @@ TEST_CASE("safetensors reader rejects corrupt files with a clear message",
         message = e.what();
       }
       INFO(message);
-      CHECK_THAT(message,
-                 Catch::Contains(from_file ? "kformer::safetensors::File::read: " + path
-                                           : std::string("kformer::safetensors::File::parse: "
-                                                         "image.safetensors")));
+      CHECK_THAT(message, ContainsText(from_file ? "kformer::safetensors::File::read: " + path
+                                                 : std::string("kformer::safetensors::File::parse: "
+                                                               "image.safetensors")));
       for (const auto& part : expected)
-        CHECK_THAT(message, Catch::Contains(part));
+        CHECK_THAT(message, ContainsText(part));
     }
   }
 }
@@ -374,9 +372,9 @@ TEST_CASE("safetensors reader rejects corrupt files with a clear message",
 TEST_CASE("safetensors reader reports unreadable paths", "[core][safetensors][errors]") {
   ScratchDir dir;
   CHECK_THROWS_WITH(File::read(dir.path + "/missing.safetensors"),
-                    Catch::Contains("cannot open '" + dir.path + "/missing.safetensors'") &&
-                        Catch::Contains("No such file"));
-  CHECK_THROWS_WITH(File::read(dir.path), Catch::Contains("not a regular file"));
+                    ContainsText("cannot open '" + dir.path + "/missing.safetensors'") &&
+                        ContainsText("No such file"));
+  CHECK_THROWS_WITH(File::read(dir.path), ContainsText("not a regular file"));
 }
 
 TEST_CASE("safetensors reader survives every truncation and random corruption",
@@ -436,14 +434,14 @@ TEMPLATE_LIST_TEST_CASE("copy_to_view and load_tensor fill views in every memory
 
   Tensor2<float, Memory> wrong("wrong", 3, 2);
   CHECK_THROWS_WITH(load_tensor(file, "w", wrong),
-                    Catch::Contains("weights: tensor 'w' has shape (2, 3), view 'wrong' has "
-                                    "shape (3, 2)"));
+                    ContainsText("weights: tensor 'w' has shape (2, 3), view 'wrong' has "
+                                 "shape (3, 2)"));
   CHECK_THROWS_WITH(copy_to_view(std::vector<float>{1, 2, 3}, w, "pe"),
-                    Catch::Contains("pe has 3 values but view 'w' of shape (2, 3) holds 6"));
+                    ContainsText("pe has 3 values but view 'w' of shape (2, 3) holds 6"));
   CHECK(testing::host_values(w) == std::vector<double>{1, 2, 3, 4, 5, 6});  // untouched
   Kokkos::View<std::int8_t*, Memory> small("small", 1);
   Writer big;
   big.add<std::int32_t>("v", {1}, {300});
   CHECK_THROWS_WITH(load_tensor(File::parse(big.serialize()), "v", small),
-                    Catch::Contains("value 300 at element 0 does not fit"));
+                    ContainsText("value 300 at element 0 does not fit"));
 }

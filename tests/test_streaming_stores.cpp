@@ -1,7 +1,7 @@
 // Large outputs written around the caches (backends/streaming_store.hpp): the helper at every
 // alignment and length, and each encoding on tensors above kStreamingStoreBytes, where its CPU
 // kernels take that path (GPU backends run the same checks on their own kernels).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cstdint>
 #include <vector>

@@ -1,7 +1,7 @@
 // The TST training pipeline: masked positions alone drive the pretraining loss, training lowers
 // the loss, checkpoints round-trip and a resumed run continues bit for bit, strict and
 // non-strict loading, and clear errors for checkpoints that do not fit.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -184,9 +184,9 @@ TEST_CASE("Loading a checkpoint into a model that does not fit fails with every 
       TimeSeriesTransformer<float, Space>(Space(), small_config(train, TstTask::Classification));
   const auto before = parameters_of(classifier);
   CHECK_THROWS_WITH((load_checkpoint<float, Space>(Space(), dir, classifier, nullptr)),
-                    Catch::Contains("does not match the model (strict load)") &&
-                        Catch::Contains("shape mismatches (1)") &&
-                        Catch::Contains("output_layer.weight: file (4, 8), model (4, 128)"));
+                    ContainsText("does not match the model (strict load)") &&
+                        ContainsText("shape mismatches (1)") &&
+                        ContainsText("output_layer.weight: file (4, 8), model (4, 128)"));
   CHECK(bitwise_equal(parameters_of(classifier), before));
   // --change-output: everything but the output layer loads.
   LoadOptions skip;
@@ -210,7 +210,7 @@ TEST_CASE("Loading a checkpoint into a model that does not fit fails with every 
   narrow.feat_dim = 3;
   auto other = TimeSeriesTransformer<float, Space>(Space(), narrow);
   CHECK_THROWS_WITH((load_checkpoint<float, Space>(Space(), dir, other, nullptr)),
-                    Catch::Contains("was trained on 4 features, the model has 3"));
+                    ContainsText("was trained on 4 features, the model has 3"));
   std::remove((dir + "/model.safetensors").c_str());
   std::remove((dir + "/config.json").c_str());
   rmdir(dir.c_str());
@@ -237,9 +237,9 @@ TEST_CASE("A fixed-encoding model checks the file's pos_enc.pe table against its
   const auto file = safetensors::File::parse(other.serialize(), "learned");
   const auto before = parameters_of(fixed);
   CHECK_THROWS_WITH(load_state_dict(Space(), fixed, file),
-                    Catch::Contains("shape mismatches (1)") &&
-                        Catch::Contains("pos_enc.pe: the file's table is not the fixed sinusoid") &&
-                        Catch::Contains("configure pos_encoding learnable"));
+                    ContainsText("shape mismatches (1)") &&
+                        ContainsText("pos_enc.pe: the file's table is not the fixed sinusoid") &&
+                        ContainsText("configure pos_encoding learnable"));
   CHECK(bitwise_equal(parameters_of(fixed), before));
 }
 
@@ -263,15 +263,15 @@ TEST_CASE(
   CHECK(first_non_finite(Space(), out) >= 0);
   model.set_finite_checks(true);
   CHECK_THROWS_WITH(model.forward(Space(), RunContext{true, 0}, x, keep, out),
-                    Catch::Contains("non-finite value") &&
-                        Catch::Contains("transformer_encoder.layers.1.ff (forward)"));
+                    ContainsText("non-finite value") &&
+                        ContainsText("transformer_encoder.layers.1.ff (forward)"));
   // The model's input must be finite whatever the guard says.
   auto bad = random_values(batch * seq * F, 2);
   bad[5] = std::numeric_limits<double>::infinity();
   CHECK_THROWS_WITH(
       model.forward(Space(), RunContext{false, 0}, device_from<float, Space>(bad, batch, seq, F),
                     keep, out),
-      Catch::Contains("x (missing values must be filled before the model) holds inf at element 5"));
+      ContainsText("x (missing values must be filled before the model) holds inf at element 5"));
   // A checkpoint holding a NaN weight is refused before anything is loaded.
   const std::string dir = temporary_directory();
   save_checkpoint<float, Space>(dir, model, nullptr, CheckpointInfo{});
@@ -279,7 +279,7 @@ TEST_CASE(
   const auto before = parameters_of(fresh);
   CHECK_THROWS_WITH(
       (load_checkpoint<float, Space>(Space(), dir, fresh, nullptr)),
-      Catch::Contains("transformer_encoder.layers.1.linear1.weight' holds nan at element 3"));
+      ContainsText("transformer_encoder.layers.1.linear1.weight' holds nan at element 3"));
   CHECK(bitwise_equal(parameters_of(fresh), before));
   std::remove((dir + "/model.safetensors").c_str());
   std::remove((dir + "/config.json").c_str());

@@ -1,6 +1,6 @@
 // The TST model: parameter names and shapes, the contiguous parameter buffer, gradients of the
 // whole model by finite differences, and the representations.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -94,22 +94,22 @@ TEST_CASE("TST configs round-trip through JSON and bad ones are rejected", "[tst
   const TstConfig back = tst_config_from_json(to_json(c));
   CHECK(to_json(back) == to_json(c));
   CHECK_THROWS_WITH(tst_config_from_json("{\"d_model\": 10, \"n_heads\": 4}"),
-                    Catch::Contains("n_heads (4) must divide d_model (10)"));
+                    ContainsText("n_heads (4) must divide d_model (10)"));
   CHECK_THROWS_WITH(tst_config_from_json("{\"colour\": 1}", "model.json"),
-                    Catch::Contains("model.json: unknown key 'colour'"));
+                    ContainsText("model.json: unknown key 'colour'"));
   CHECK_THROWS_WITH(tst_config_from_json("{\"d_model\": \"big\"}"),
-                    Catch::Contains("key 'd_model' must be an integer"));
+                    ContainsText("key 'd_model' must be an integer"));
   // nlohmann's get<int>() and get<double>() read booleans as 0 and 1.
-  CHECK_THROWS_WITH(tst_config_from_json("{\"conv_kernel_size\": false}"),
-                    Catch::Contains("key 'conv_kernel_size' must be an integer in [") &&
-                        Catch::Contains("got false"));
+  CHECK_THROWS_WITH(
+      tst_config_from_json("{\"conv_kernel_size\": false}"),
+      ContainsText("key 'conv_kernel_size' must be an integer in [") && ContainsText("got false"));
   CHECK_THROWS_WITH(tst_config_from_json("{\"dropout\": true}"),
-                    Catch::Contains("key 'dropout' must be a number, got true"));
+                    ContainsText("key 'dropout' must be a number, got true"));
   CHECK_THROWS_WITH(tst_config_from_json("{\"norm_first\": 1}"),
-                    Catch::Contains("key 'norm_first' has the wrong type"));
+                    ContainsText("key 'norm_first' has the wrong type"));
   CHECK_THROWS_WITH(tst_config_from_json("{\"task\": \"classification\", \"num_outputs\": 1}"),
-                    Catch::Contains("at least 2 classes"));
-  CHECK_THROWS_WITH(tst_config_from_json("[1, 2"), Catch::Contains("not valid JSON"));
+                    ContainsText("at least 2 classes"));
+  CHECK_THROWS_WITH(tst_config_from_json("[1, 2"), ContainsText("not valid JSON"));
 }
 
 TEMPLATE_LIST_TEST_CASE("TST gradients match finite differences for every head and encoding",
@@ -214,15 +214,15 @@ TEMPLATE_LIST_TEST_CASE("TST rejects inputs that do not fit its configuration", 
   Tensor3<float, M> short_x("x", 2, 4, 3), wrong_features("x", 2, 5, 2);
   Tensor2<float, M> out("out", 2, 3);
   CHECK_THROWS_WITH(classifier.forward(Space(), RunContext{}, short_x, keep, out),
-                    Catch::Contains("x must have max_len = 5 steps, got x of shape (2, 4, 3)"));
+                    ContainsText("x must have max_len = 5 steps, got x of shape (2, 4, 3)"));
   CHECK_THROWS_WITH(classifier.forward(Space(), RunContext{}, wrong_features,
                                        keep_mask<Space>(2, 5, {5, 5}), out),
-                    Catch::Contains("x has shape (2, 5, 2), expected (*, *, 3)"));
+                    ContainsText("x has shape (2, 5, 2), expected (*, *, 3)"));
   TimeSeriesTransformer<float, Space> imputer(
       Space(), small_config(TstTask::Imputation, PositionalEncodingKind::Learnable));
   Tensor3<float, M> long_x("x", 1, 7, 3);
   Tensor2<float, M> long_out("out", 7, 3);
   CHECK_THROWS_WITH(
       imputer.forward(Space(), RunContext{}, long_x, keep_mask<Space>(1, 7, {7}), long_out),
-      Catch::Contains("sequence length 7 exceeds the learnable encoding's max_len 5"));
+      ContainsText("sequence length 7 exceeds the learnable encoding's max_len 5"));
 }

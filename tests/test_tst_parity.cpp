@@ -15,7 +15,7 @@
 // With KFORMER_TST_EXPORT_DIR set, every case's model is also saved there as a kformer checkpoint
 // (after the step, for the training case), for make_tst_goldens.py --check-checkpoint; with
 // KFORMER_TST_REPORT set, the measured errors are printed.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

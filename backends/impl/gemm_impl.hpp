@@ -7,11 +7,12 @@
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
-#if defined(KFORMER_ENABLE_KOKKOS_KERNELS)
+
+#include "../../core/compat.hpp"
+#if KFORMER_ENABLE_KOKKOS_KERNELS
 #include <KokkosBlas3_gemm.hpp>
 #endif
 
-#include "../../core/compat.hpp"
 #include "gemm_native.hpp"
 #include "host_blas.hpp"
 
@@ -169,7 +170,7 @@ void gemm(const ExecutionSpace& exec, bool trans_a, bool trans_b, T alpha, const
       return;
   }
 #endif
-#if defined(KFORMER_ENABLE_KOKKOS_KERNELS)
+#if KFORMER_ENABLE_KOKKOS_KERNELS
   if constexpr (!kNative) {
     const char* op_a = trans_a ? "T" : "N";
     const char* op_b = trans_b ? "T" : "N";

@@ -6,15 +6,12 @@
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
-#if defined(KFORMER_ENABLE_KOKKOS_KERNELS)
-#include <KokkosKernels_config.h>
-#endif
 
 #if defined(KOKKOS_ENABLE_OPENMP) && defined(_OPENMP)
 #include <omp.h>
 #endif
 
-#include "../../core/compat.hpp"
+#include "../../core/compat.hpp"  // KokkosKernels_config.h where kformer uses Kokkos Kernels
 
 namespace kformer::backends {
 

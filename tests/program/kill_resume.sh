@@ -7,7 +7,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh" "$@"
 epochs=12
-args=(--backend serial --no-progress pretrain --data "$work/data/regression_train.ts"
+args=(--backend "$first_host_backend" --no-progress pretrain --data "$work/data/regression_train.ts"
       --test "$work/data/regression_test.ts" --epochs "$epochs" --d-model 16 --heads 2 --layers 1
       --dim-feedforward 32 --batch-size 32 --seed 11)
 

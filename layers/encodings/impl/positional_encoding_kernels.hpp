@@ -211,10 +211,12 @@ struct PositionalEncodingFunctor {
       // two batch elements at a time.
       const std::int64_t n = std::int64_t(n_rows) * dim;
       const T scale = input_scale;
+      const auto out = y;
+      const auto input = x;
       backends::store_batch_runs(
-          b_begin, b_end, n, streaming, [=](const int b) { return &y(b, chunk_begin, 0); },
+          b_begin, b_end, n, streaming, [=](const int b) { return &out(b, chunk_begin, 0); },
           [=](const int b) {
-            const T* const in = &x(b, chunk_begin, 0);  // read only when kAddInput
+            const T* const in = &input(b, chunk_begin, 0);  // read only when kAddInput
             return [=](const std::int64_t k) { return kAddInput ? in[k] * scale + pe[k] : pe[k]; };
           });
     }
