@@ -2,7 +2,6 @@
 // The one header a user includes; it pulls in the public interface of every module.
 #pragma once
 
-#include "backends/batched_gemm.hpp"
 #include "backends/device_info.hpp"
 #include "backends/gemm.hpp"
 #include "backends/reduce.hpp"

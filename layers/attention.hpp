@@ -15,14 +15,14 @@
 //   dV = P~^T dO,  dP = dP~ * (dropout mask)/(1-p),  dA = P * (dP - rowsum(dP * P)) / sqrt(dh)
 //   dQ = dA K,  dK = dA^T Q,  then through the input projection.
 //
-// The per-(batch, head) products are batched GEMMs reading Q, K, V in place in the packed qkv
-// buffer. Memory held for backward: qkv (3 B S d), the head outputs (B S d), and on the staged
-// path (GPUs) the probabilities P: B H S^2, the term that grows with the square of the sequence,
-// with dropout also P~. The fused CPU path holds P only for probabilities() (keep_probabilities,
-// PyTorch's need_weights) and reads it back in the backward; without it, it holds no B H S^2
-// buffer and the backward recomputes P block by block from Q, K and copies of the forward's masks
-// (B S bools, S^2 values: the caller may reuse the masks' memory before the backward). P~ it
-// always recomputes from P and the dropout decisions, a counter hash of (seed, step, element).
+// The products and the softmax run fused (impl/attention/: FlashAttention's tiles, online softmax
+// and a backward that recomputes P from Q, K and each query row's maximum and inverse sum), so no
+// (B, H, S, S) buffer exists in training or inference: memory held for the backward is qkv
+// (3 B S d), the head outputs (B S d), two values per query row and head, and copies of the masks
+// (B S bools, S^2 values) so that the caller may refill the masks before the backward. Dropout
+// decisions are a counter hash of (seed, step, score), recomputed rather than stored. P itself is
+// written to a (B, H, S, S) buffer only for probabilities() (keep_probabilities, PyTorch's
+// need_weights).
 #pragma once
 
 #include <cmath>
@@ -32,7 +32,6 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "../backends/batched_gemm.hpp"
 #include "../backends/device_info.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
@@ -42,8 +41,7 @@
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
-#include "impl/attention_host.hpp"
-#include "impl/attention_kernels.hpp"
+#include "impl/attention/dispatch.hpp"
 #include "linear.hpp"
 
 namespace kformer {
@@ -52,13 +50,11 @@ struct MultiHeadAttentionOptions {
   int heads = 8;
   double dropout = 0.0;  // on the attention probabilities
   std::uint64_t seed = 0;
-  // On a CPU with a BLAS: each (batch, head)'s products and softmax in one task per block of
-  // query rows, in cache (impl/attention_host.hpp). Off: one kernel per stage, as on a GPU.
-  bool fused_cpu = true;
-  // Whether a forward keeps P for probabilities() (PyTorch's need_weights). Where it does not, a
-  // CPU backward recomputes P block by block and no (B, H, S, S) buffer is held; the staged (GPU)
-  // path holds P either way.
+  // Whether a forward writes P to a (B, H, S, S) buffer for probabilities() (PyTorch's
+  // need_weights); nothing else needs it.
   bool keep_probabilities = true;
+  // The backend's specialised fused kernel where it has one, or the portable one everywhere.
+  AttentionKernel kernel = AttentionKernel::Best;
 };
 
 template <class T, class ExecutionSpace>
@@ -69,7 +65,6 @@ class MultiHeadAttention {
   using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
   using ConstMatrix = Tensor2<const T, memory_space>;
   using Mask = Kokkos::View<const bool**, Kokkos::LayoutRight, memory_space>;
-  using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
 
   MultiHeadAttention() = default;
   MultiHeadAttention(const ExecutionSpace& exec, int d_model,
@@ -80,8 +75,8 @@ class MultiHeadAttention {
         heads_(options.heads),
         dropout_(options.dropout),
         seed_(derive_seed(options.seed, "attention_dropout")),
-        fused_cpu_(options.fused_cpu),
-        keep_probabilities_(options.keep_probabilities) {
+        keep_probabilities_(options.keep_probabilities),
+        kernel_(options.kernel) {
     if (d_model < 1) fail(name_, "d_model must be at least 1, got ", d_model);
     if (heads_ < 1 || d_model % heads_ != 0)
       fail(name_, "heads (", heads_, ") must divide d_model (", d_model, ")");
@@ -105,6 +100,10 @@ class MultiHeadAttention {
   Linear<T, ExecutionSpace>& in_proj() { return in_proj_; }
   Linear<T, ExecutionSpace>& out_proj() { return out_proj_; }
   void set_keep_probabilities(bool keep) { keep_probabilities_ = keep; }
+  // Whether the fused kernels are the backend's specialisation (impl/attention/dispatch.hpp).
+  bool runs_specialised_kernel() const {
+    return impl::runs_host_specialisation<ExecutionSpace, T>(kernel_);
+  }
 
   // PyTorch names: in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias.
   template <class F>
@@ -117,10 +116,10 @@ class MultiHeadAttention {
     out_proj_.zero_grad(exec);
   }
 
-  // Bytes held between forward and backward for a (batch, seq) input in training (where the
-  // backward recomputes P, copies of the masks passed add B S bools and S^2 values).
+  // Bytes held between forward and backward for a (batch, seq) input in training, the copies of
+  // any masks aside.
   std::int64_t saved_bytes(std::int64_t batch, std::int64_t seq) const {
-    return forward_bytes(batch, seq, true, keep_probabilities_ || !fused_on_cpu()).total();
+    return pass_bytes(batch, seq, keep_probabilities_).saved();
   }
 
   // y = MHA(x).   x, y: (B, S, d); key_padding_mask: (B, S) or empty; attn_mask: (S, S) or empty.
@@ -136,62 +135,27 @@ class MultiHeadAttention {
       check_shape(where, "key_padding_mask", key_padding_mask, {batch, seq});
     if (attn_mask.data() != nullptr) check_shape(where, "attn_mask", attn_mask, {seq, seq});
     check_distinct(where, "x", x, "y", y);
-    // The staged path computes all scores in the (B, H, S, S) buffer whether kept or not.
-    const bool keep_probs = keep_probabilities_ || !fused_on_cpu();
-    check_memory(where, batch, seq, ctx.training, keep_probs);
+    check_memory(where, batch, seq, ctx.grad);
     batch_ = batch;
     seq_ = seq;
-    probs_kept_ = keep_probs;
+    probs_kept_ = keep_probabilities_;
     grad_ = ctx.grad;
-    // Where P is not kept, the fused backward recomputes the softmax with the masks: from copies,
-    // so that a caller who fills the next batch's masks into the same memory before this
-    // backward still gets this forward's gradients.
-    const bool recompute = ctx.grad && !keep_probs;
-    key_padding_mask_ = recompute && key_padding_mask.data() != nullptr
-                            ? copy_into(exec, key_padding_mask, key_padding_mask_copy_)
-                            : Mask();
-    attn_mask_ = recompute && attn_mask.data() != nullptr
-                     ? copy_into(exec, attn_mask, attn_mask_copy_)
-                     : ConstMatrix();
-    const std::int64_t n = std::int64_t(batch) * seq;
-    const int d = d_, h = heads_, dh = d_ / heads_;
     dropout_active_ = ctx.training && dropout_ > 0.0;
-
-    const auto qkv = qkv_.view(n, 3 * d);
-    T* const probs = keep_probs ? probs_.view(batch, h, seq, seq).data() : nullptr;
-    // P with dropout: a (B, H, S, S) buffer on the staged path; the fused path keeps it in its
-    // tasks' scratch.
-    T* const dropped = !dropout_active_ ? probs
-                       : fused_on_cpu() ? nullptr
-                                        : dropped_.view(batch, h, seq, seq).data();
-    const auto context = context_.view(n, d);
-    in_proj_.forward(exec, as_matrix(x), qkv);
-
-    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
-    auto softmax = impl::softmax_forward_rows(
-        probs, dropped, h, seq, key_padding_mask, attn_mask, dropout_active_,
-        DropoutDecisions(seed_, ctx.step, dropout_), keep_scale());
-    if (recompute) set_row_stats(softmax, n * h);
     step_ = ctx.step;
-#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
-    if constexpr (impl::has_host_attention<ExecutionSpace, T>)
-      if (fused_cpu_) {
-        const impl::AttentionBuffers<T> buffers{batch,          h,    seq, d, qkv.data(),
-                                                context.data(), probs};
-        impl::attention_forward_host(exec, buffers, softmax, scale);
-        out_proj_.forward(exec, context, as_matrix(y));
-        return;
-      }
-#endif
-    // Scores: A[b, h] = Q K^T / sqrt(dh), written into probs.
-    backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::T, scale,
-                                              head_view(qkv.data(), 0), head_view(qkv.data(), d),
-                                              T(0), score_view(probs), batch, h);
-    impl::attention_softmax_forward(exec, softmax, batch);
-    // O_h = P~ V_h, written into the head's columns of context.
-    backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::N, T(1),
-                                              score_view(dropped), head_view(qkv.data(), 2 * d),
-                                              T(0), context_head_view(context.data()), batch, h);
+    // The backward recomputes P with the masks: from copies, so that a caller who fills the next
+    // batch's masks into the same memory before this backward still gets this forward's gradients.
+    key_padding_mask_ = key_padding_mask;
+    attn_mask_ = attn_mask;
+    if (ctx.grad && key_padding_mask.data() != nullptr)
+      key_padding_mask_ = copy_into(exec, key_padding_mask, key_padding_mask_copy_);
+    if (ctx.grad && attn_mask.data() != nullptr)
+      attn_mask_ = copy_into(exec, attn_mask, attn_mask_copy_);
+    const std::int64_t n = std::int64_t(batch) * seq;
+    const auto qkv = qkv_.view(n, 3 * d_);
+    const auto context = context_.view(n, d_);
+    in_proj_.forward(exec, as_matrix(x), qkv);
+    T* const probs = probs_kept_ ? probs_.view(batch, heads_, seq, seq).data() : nullptr;
+    impl::attention_forward(exec, kernel_, problem(), probs);
     out_proj_.forward(exec, context, as_matrix(y));
   }
 
@@ -207,55 +171,14 @@ class MultiHeadAttention {
       fail(where,
            "the last forward ran without grad (RunContext::grad false) and kept nothing for a "
            "backward");
-    const int batch = batch_, seq = seq_, d = d_, h = heads_;
-    const std::int64_t n = std::int64_t(batch) * seq;
-    const auto qkv = qkv_.view(n, 3 * d);
-    const auto context = context_.view(n, d);
-    const auto d_context = d_context_.view(n, d);
-    const auto d_qkv = d_qkv_.view(n, 3 * d);
-
+    const std::int64_t n = std::int64_t(batch_) * seq_;
+    const auto context = context_.view(n, d_);
+    const auto d_context = d_context_.view(n, d_);
+    const auto d_qkv = d_qkv_.view(n, 3 * d_);
     out_proj_.backward(exec, context, as_matrix(dy), d_context);
-    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_)));
-    // The row pointers are set below, per path.
-    impl::SoftmaxBackwardRows<T> softmax{nullptr,         nullptr,      nullptr, seq,
-                                         dropout_active_, keep_scale(), scale};
-#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
-    if constexpr (impl::has_host_attention<ExecutionSpace, T>)
-      if (fused_cpu_) {
-        T* const probs = probs_kept_ ? probs_.view(batch, h, seq, seq).data() : nullptr;
-        const impl::AttentionBuffers<T> buffers{
-            batch, h, seq, d, qkv.data(), context.data(), probs, d_qkv.data(), d_context.data()};
-        auto forward_rows = impl::softmax_forward_rows(
-            static_cast<T*>(nullptr), static_cast<T*>(nullptr), h, seq, key_padding_mask_,
-            attn_mask_, dropout_active_, DropoutDecisions(seed_, step_, dropout_), keep_scale());
-        if (!probs_kept_) set_row_stats(forward_rows, n * h);
-        impl::attention_backward_host(exec, buffers, forward_rows, scale, softmax);
-        in_proj_.backward(exec, as_matrix(x), d_qkv,
-                          dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), accumulate_dx);
-        return;
-      }
-#endif
-    const auto probs = probs_.view(batch, h, seq, seq);
-    softmax.probs = probs.data();
-    const auto dropped = dropout_active_ ? dropped_.view(batch, h, seq, seq) : probs;
-    const auto d_probs = d_probs_.view(batch, h, seq, seq);
-    softmax.dropped = dropped.data();
-    softmax.d_probs = d_probs.data();
-    // dP~ = dO V^T and dV = P~^T dO.
-    backends::gemm_batched<ExecutionSpace, T>(
-        exec, backends::Op::N, backends::Op::T, T(1), context_head_view(d_context.data()),
-        head_view(qkv.data(), 2 * d), T(0), score_view(d_probs.data()), batch, h);
-    backends::gemm_batched<ExecutionSpace, T>(
-        exec, backends::Op::T, backends::Op::N, T(1), score_view(dropped.data()),
-        context_head_view(d_context.data()), T(0), head_view(d_qkv.data(), 2 * d), batch, h);
-    impl::attention_softmax_backward(exec, softmax, std::int64_t(batch) * h * seq);
-    // dQ = dA K and dK = dA^T Q (dA already carries the 1/sqrt(dh) scale).
-    backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::N, backends::Op::N, T(1),
-                                              score_view(d_probs.data()), head_view(qkv.data(), d),
-                                              T(0), head_view(d_qkv.data(), 0), batch, h);
-    backends::gemm_batched<ExecutionSpace, T>(exec, backends::Op::T, backends::Op::N, T(1),
-                                              score_view(d_probs.data()), head_view(qkv.data(), 0),
-                                              T(0), head_view(d_qkv.data(), d), batch, h);
+    const impl::flash::Gradients<T> gradients{d_context.data(), d_qkv.data(),
+                                              row_dots_.view(n * heads_).data()};
+    impl::attention_backward(exec, kernel_, problem(), gradients);
     in_proj_.backward(exec, as_matrix(x), d_qkv,
                       dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), accumulate_dx);
   }
@@ -264,120 +187,70 @@ class MultiHeadAttention {
   kformer::Tensor4<T, memory_space> probabilities() {
     if (!probs_kept_)
       fail(name_ + "::probabilities",
-           "the last forward ran without grad and did not keep them "
-           "(set_keep_probabilities(true) keeps them)");
+           "the last forward did not keep them (set_keep_probabilities(true) keeps them)");
     return probs_.view(batch_, heads_, seq_, seq_);
   }
 
-  // Whether forward and backward take the fused CPU path (impl/attention_host.hpp).
-  bool fused_on_cpu() const {
-#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
-    if constexpr (impl::has_host_attention<ExecutionSpace, T>) return fused_cpu_;
-#endif
-    return false;
-  }
-
  private:
-  T keep_scale() const {
-    return static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0);
-  }
-  // Head h's (S, dh) block of q (offset 0), k (d) or v (2d) for every batch element, in place in
-  // the packed (B*S, 3d) buffer.
-  backends::StridedMatrices<T> head_view(T* qkv, int offset) const {
-    const int dh = d_ / heads_;
-    return {qkv + offset, seq_, dh, 3 * d_, std::int64_t(seq_) * 3 * d_, dh};
-  }
-  // Head h's (S, dh) columns of a (B*S, d) matrix.
-  backends::StridedMatrices<T> context_head_view(T* m) const {
-    const int dh = d_ / heads_;
-    return {m, seq_, dh, d_, std::int64_t(seq_) * d_, dh};
-  }
-  // The (S, S) matrix of (b, h) in a (B, H, S, S) buffer.
-  backends::StridedMatrices<T> score_view(T* s) const {
-    const std::int64_t square = std::int64_t(seq_) * seq_;
-    return {s, seq_, seq_, seq_, heads_ * square, square};
+  // The fused kernels' description of the last forward.
+  impl::flash::Problem<T, Mask, ConstMatrix> problem() {
+    const std::int64_t rows = std::int64_t(batch_) * heads_ * seq_;
+    const auto stats = row_stats_.view(2, rows);
+    impl::flash::Problem<T, Mask, ConstMatrix> p;
+    p.batch = batch_;
+    p.heads = heads_;
+    p.seq = seq_;
+    p.d = d_;
+    p.qkv = qkv_.view(std::int64_t(batch_) * seq_, 3 * d_).data();
+    p.context = context_.view(std::int64_t(batch_) * seq_, d_).data();
+    p.row_max = &stats(0, 0);
+    p.row_inverse_sum = &stats(1, 0);
+    p.key_padding_mask = key_padding_mask_;
+    p.attn_mask = attn_mask_;
+    p.drop = dropout_active_;
+    p.decide = DropoutDecisions(seed_, step_, dropout_);
+    p.keep_scale = static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0);
+    p.scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_)));
+    p.neg_inf = -std::numeric_limits<T>::infinity();
+    return p;
   }
 
-  std::string name_ = "kformer::MultiHeadAttention";
-  int d_ = 0, heads_ = 1;
-  double dropout_ = 0.0;
-  std::uint64_t seed_ = 0;
-  bool fused_cpu_ = true;
-  bool keep_probabilities_ = true;
-  bool probs_kept_ = true;  // by the last forward
-  bool grad_ = false;       // whether the last forward ran with grad
-  bool dropout_active_ = false;
-  std::uint64_t step_ = 0;  // the last forward's, for the fused backward's dropout decisions
-  Mask key_padding_mask_;   // the last forward's masks, for a fused backward that recomputes P:
-  ConstMatrix attn_mask_;   // views of the copies below, empty otherwise
-  int batch_ = 0, seq_ = 0;
-  Linear<T, ExecutionSpace> in_proj_, out_proj_;
-  // The bytes of a pass's buffers for a (batch, seq) input: the (batch, heads, seq, seq) score
-  // matrices and the (batch * seq, d) rows.
+  // The bytes of a pass's buffers for a (batch, seq) input: the forward's qkv, context and row
+  // statistics (held for the backward), P where kept (B, H, S, S), and the backward's d_context,
+  // d_qkv and row dots.
   struct Bytes {
-    std::int64_t squares = 0, rows = 0;
-    std::int64_t total() const { return squares + rows; }
+    std::int64_t probabilities = 0, forward = 0, backward = 0;
+    std::int64_t saved() const { return probabilities + forward; }
+    std::int64_t total() const { return probabilities + forward + backward; }
   };
-  // The forward's: probabilities where kept (and, on the staged path, their dropout copy in
-  // training), qkv and context, and where training recomputes P each score row's maximum and
-  // inverse sum.
-  Bytes forward_bytes(std::int64_t batch, std::int64_t seq, bool training, bool keep_probs) const {
-    const std::int64_t square = batch * heads_ * seq * seq * std::int64_t(sizeof(T));
-    const std::int64_t row = batch * seq * d_ * std::int64_t(sizeof(T));
-    const std::int64_t row_stats =
-        training && !keep_probs ? 2 * batch * heads_ * seq * std::int64_t(sizeof(T)) : 0;
-    const int squares = !keep_probs ? 0 : training && dropout_ > 0.0 && !fused_on_cpu() ? 2 : 1;
-    return {square * squares, 4 * row + row_stats};
+  Bytes pass_bytes(std::int64_t batch, std::int64_t seq, bool keep_probs) const {
+    const std::int64_t t = sizeof(T);
+    const std::int64_t rows = batch * seq * d_ * t, row_values = batch * heads_ * seq * t;
+    return {keep_probs ? batch * heads_ * seq * seq * t : 0, 4 * rows + 2 * row_values,
+            4 * rows + row_values};
   }
 
   // Refuses a (batch, seq) whose buffers would not fit in the memory space, before allocating
-  // any: with the square of seq in them they can need terabytes, which would otherwise end in an
-  // out-of-memory crash (or the kernel's OOM killer on an overcommitting host).
-  void check_memory(const std::string& where, std::int64_t batch, std::int64_t seq, bool training,
-                    bool keep_probs) const {
-    Bytes need = forward_bytes(batch, seq, training, keep_probs);
-    if (training) {
-      // The backward's own buffers (d_probs, d_context, d_qkv) have the shapes of the eval
-      // forward's (probs, context, qkv); the fused CPU path has no d_probs.
-      const Bytes backward = forward_bytes(batch, seq, false, true);
-      if (!fused_on_cpu()) need.squares += backward.squares;
-      need.rows += backward.rows;
-    }
+  // any: with P kept they grow with the square of seq and can need terabytes, which would
+  // otherwise end in an out-of-memory crash (or the kernel's OOM killer on an overcommitting host).
+  void check_memory(const std::string& where, std::int64_t batch, std::int64_t seq,
+                    bool grad) const {
+    const Bytes bytes = pass_bytes(batch, seq, keep_probabilities_);
+    const std::int64_t need = grad ? bytes.total() : bytes.saved();
     const std::int64_t held =
-        std::int64_t(qkv_.bytes() + probs_.bytes() + dropped_.bytes() + context_.bytes() +
-                     d_context_.bytes() + d_probs_.bytes() + d_qkv_.bytes() + row_stats_.bytes());
-    if (need.total() <= held) return;
+        std::int64_t(qkv_.bytes() + probs_.bytes() + context_.bytes() + d_context_.bytes() +
+                     d_qkv_.bytes() + row_stats_.bytes() + row_dots_.bytes());
+    if (need <= held) return;
     const std::int64_t available = backends::available_bytes<memory_space>();
-    if (available >= 0 && need.total() - held > available)
+    if (available >= 0 && need - held > available)
       fail(where, "batch ", batch, ", seq ", seq, " and ", heads_, " heads need ",
-           backends::format_bytes(double(need.total())), " of attention buffers (",
-           backends::format_bytes(double(need.squares)),
-           " of them (batch, heads, seq, seq) score matrices), but only ",
+           backends::format_bytes(double(need)), " of attention buffers (",
+           backends::format_bytes(double(bytes.probabilities)),
+           " of them the (batch, heads, seq, seq) probabilities kept for probabilities()), but "
+           "only ",
            backends::format_bytes(double(available)), " of ", memory_space::name(),
-           " is available: use shorter sequences or smaller batches");
-  }
-
-  GrowingBuffer<T, memory_space> qkv_{"kformer::MultiHeadAttention::qkv"};
-  GrowingBuffer<T, memory_space> probs_{"kformer::MultiHeadAttention::probs"};
-  GrowingBuffer<T, memory_space> dropped_{"kformer::MultiHeadAttention::dropped_probs"};
-  GrowingBuffer<T, memory_space> context_{"kformer::MultiHeadAttention::context"};
-  GrowingBuffer<T, memory_space> d_context_{"kformer::MultiHeadAttention::d_context"};
-  GrowingBuffer<T, memory_space> d_probs_{"kformer::MultiHeadAttention::d_probs"};
-  GrowingBuffer<T, memory_space> d_qkv_{"kformer::MultiHeadAttention::d_qkv"};
-  // Each score row's maximum and inverse sum (2, B H S), from the fused forward for the backward
-  // that recomputes P.
-  GrowingBuffer<T, memory_space> row_stats_{"kformer::MultiHeadAttention::row_stats"};
-  GrowingBuffer<bool, memory_space> key_padding_mask_copy_{
-      "kformer::MultiHeadAttention::key_padding_mask"};
-  GrowingBuffer<T, memory_space> attn_mask_copy_{"kformer::MultiHeadAttention::attn_mask"};
-
-  // Points the softmax rows at row_stats_ for `rows` score rows: the fused forward stores each
-  // row's maximum and inverse sum there, the backward recomputes P from them.
-  template <class Rows>
-  void set_row_stats(Rows& softmax, std::int64_t rows) {
-    const auto stats = row_stats_.view(2, rows);
-    softmax.row_max = &stats(0, 0);
-    softmax.row_inverse_sum = &stats(1, 0);
+           " is available: use shorter sequences or smaller batches, or do not keep the "
+           "probabilities (set_keep_probabilities(false))");
   }
 
   // A copy of a (rows, cols) mask in buffer's storage, made on exec.
@@ -387,6 +260,33 @@ class MultiHeadAttention {
     Kokkos::deep_copy(exec, copy, mask);
     return copy;
   }
+
+  std::string name_ = "kformer::MultiHeadAttention";
+  int d_ = 0, heads_ = 1;
+  double dropout_ = 0.0;
+  std::uint64_t seed_ = 0;
+  bool keep_probabilities_ = true;
+  AttentionKernel kernel_ = AttentionKernel::Best;
+  bool probs_kept_ = true;  // by the last forward
+  bool grad_ = false;       // whether the last forward ran with grad
+  bool dropout_active_ = false;
+  std::uint64_t step_ = 0;  // the last forward's, for the backward's dropout decisions
+  Mask key_padding_mask_;   // the last forward's masks (copies, where a backward may follow)
+  ConstMatrix attn_mask_;
+  int batch_ = 0, seq_ = 0;
+  Linear<T, ExecutionSpace> in_proj_, out_proj_;
+  GrowingBuffer<T, memory_space> qkv_{"kformer::MultiHeadAttention::qkv"};
+  GrowingBuffer<T, memory_space> probs_{"kformer::MultiHeadAttention::probs"};
+  GrowingBuffer<T, memory_space> context_{"kformer::MultiHeadAttention::context"};
+  GrowingBuffer<T, memory_space> d_context_{"kformer::MultiHeadAttention::d_context"};
+  GrowingBuffer<T, memory_space> d_qkv_{"kformer::MultiHeadAttention::d_qkv"};
+  // Each query row's softmax maximum and inverse sum (2, B H S), written by the forward.
+  GrowingBuffer<T, memory_space> row_stats_{"kformer::MultiHeadAttention::row_stats"};
+  // D_i = dO_i . O_i (B H S), the portable backward's workspace.
+  GrowingBuffer<T, memory_space> row_dots_{"kformer::MultiHeadAttention::row_dots"};
+  GrowingBuffer<bool, memory_space> key_padding_mask_copy_{
+      "kformer::MultiHeadAttention::key_padding_mask"};
+  GrowingBuffer<T, memory_space> attn_mask_copy_{"kformer::MultiHeadAttention::attn_mask"};
 };
 
 }  // namespace kformer

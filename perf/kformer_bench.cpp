@@ -22,6 +22,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -303,9 +304,10 @@ std::function<void()> layer_run(const Space& space, std::shared_ptr<Layer> layer
 
 // Multi-head self-attention (dropout 0.1): forward in eval mode, and a training step (forward and
 // backward in training mode). As compare_pytorch.py calls PyTorch's (need_weights=False), the
-// layer keeps no probabilities for inspection, so on CPUs the backward recomputes them. Flops: the
-// projections 2 N d (3d + d) and the two batched products 4 B S^2 d; a training step counts three
-// times the forward.
+// layer keeps no probabilities for inspection. Flops: the projections 2 N d (3d + d) and the two
+// batched products 4 B S^2 d; a training step counts three times the forward. Where the backend
+// has a specialised fused kernel (CPUs with a BLAS), the same cases with the portable kernel are
+// named *.portable, so that both are timed in one run.
 template <class Space>
 std::vector<Case> attention_cases(const Space& space, const std::string& tag, int batch, int seq,
                                   int d, int heads) {
@@ -313,17 +315,27 @@ std::vector<Case> attention_cases(const Space& space, const std::string& tag, in
   const double forward_flops =
       2 * n * d * 3 * d + 4.0 * batch * seq * double(seq) * d + 2 * n * d * d;
   const std::string shape = dims({batch, seq, d}) + " h" + std::to_string(heads);
-  const auto setup = [=](bool training) {
+  const auto setup = [=](bool training, kformer::AttentionKernel kernel) {
     return [=]() -> std::function<void()> {
-      auto mha = std::make_shared<kformer::MultiHeadAttention<float, Space>>(
-          space, d, kformer::MultiHeadAttentionOptions{heads, 0.1, 1, true, false});
+      kformer::MultiHeadAttentionOptions options{heads, 0.1, 1};
+      options.keep_probabilities = false;
+      options.kernel = kernel;
+      auto mha = std::make_shared<kformer::MultiHeadAttention<float, Space>>(space, d, options);
       return layer_run(space, mha, batch, seq, d, training);
     };
   };
-  return {{"attention." + tag + ".forward", shape, 0, forward_flops, "limit.sgemm", batch, seq,
-           setup(false)},
-          {"attention." + tag + ".train_step", shape, 0, 3 * forward_flops, "limit.sgemm", batch,
-           seq, setup(true)}};
+  std::vector<Case> cases;
+  const bool specialised =
+      kformer::impl::runs_host_specialisation<Space, float>(kformer::AttentionKernel::Best);
+  for (const auto kernel : {kformer::AttentionKernel::Best, kformer::AttentionKernel::Portable}) {
+    if (kernel == kformer::AttentionKernel::Portable && !specialised) continue;
+    const std::string suffix = kernel == kformer::AttentionKernel::Portable ? ".portable" : "";
+    cases.push_back({"attention." + tag + ".forward" + suffix, shape, 0, forward_flops,
+                     "limit.sgemm", batch, seq, setup(false, kernel)});
+    cases.push_back({"attention." + tag + ".train_step" + suffix, shape, 0, 3 * forward_flops,
+                     "limit.sgemm", batch, seq, setup(true, kernel)});
+  }
+  return cases;
 }
 
 // The flops of one TST encoder layer's forward on (batch, seq, d).

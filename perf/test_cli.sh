@@ -126,10 +126,13 @@ if [ -n "$python" ]; then
     --filter linear.forward --repeat 1
   tool=compare_pytorch.py
 
-  # The same filter selects the same cases in both, but for kformer-only ones (kformer_only).
+  # The same filter selects the same cases in both, but for kformer-only ones (kformer_only): the
+  # portable attention kernel's cases exist where the backend has a specialised one.
   kformer_only="encoding.cached_table.add encoding.fixed.matrix encoding.learnable.backward
 encoding.learnable.forward encoding.value.add linear.backward.reproducible
-linear.forward.reproducible"
+linear.forward.reproducible attention.tst_default.forward.portable
+attention.tst_default.train_step.portable attention.long.forward.portable
+attention.long.train_step.portable"
   for filter in "" train_step "encoding.fixed.*" "*.forward" attention "scaling.batch" "t?t.*"; do
     "$bench" --list --backend serial --filter "$filter" 2>/dev/null |
       awk 'listing && NF && $1 !~ /^limit\./ {print $1} /^case /{listing=1}' | sort >"$out/kformer"

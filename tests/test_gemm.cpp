@@ -2,7 +2,7 @@
 // scalar types and every backend; edge cases and errors. The same checks run on gemm_native, the
 // Kokkos-native kernel that gemm falls back on in builds without Kokkos Kernels (HIP from Debian),
 // so that it stays correct in the builds that do have them.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <array>
@@ -11,10 +11,10 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <kformer/backends/batched_gemm.hpp>
+#include <kformer/backends/for_each.hpp>
 #include <kformer/backends/gemm.hpp>
 #include <kformer/backends/spaces.hpp>
-#include <kformer/layers/impl/head_products.hpp>
+#include <kformer/layers/impl/attention/host_products.hpp>
 
 #include "support/test_support.hpp"
 
@@ -163,18 +163,17 @@ TEMPLATE_LIST_TEST_CASE("gemm reports mismatched shapes and aliasing", "[backend
   Tensor2<float, M> A("A", 4, 3), B("B", 5, 6), C("C", 4, 6), C_bad("C_bad", 3, 6);
   CHECK_THROWS_WITH(
       backends::gemm(Space(), Op::N, Op::N, 1.0f, A, B, 0.0f, C),
-      Catch::Contains("kformer::backends::gemm") &&
-          Catch::Contains(
-              "inner dimensions differ: op(A) is (4, 3) from A (4, 3), op(B) is (5, 6)"));
+      ContainsText("kformer::backends::gemm") &&
+          ContainsText("inner dimensions differ: op(A) is (4, 3) from A (4, 3), op(B) is (5, 6)"));
   Tensor2<float, M> B_ok("B_ok", 3, 6);
   Kokkos::deep_copy(C_bad, 9.0f);
   CHECK_THROWS_WITH(backends::gemm(Space(), Op::N, Op::N, 1.0f, A, B_ok, 0.0f, C_bad),
-                    Catch::Contains("C has shape (3, 6), expected (4, 6)"));
+                    ContainsText("C has shape (3, 6), expected (4, 6)"));
   for (double v : host_values(C_bad))
     REQUIRE(v == 9.0);
   Tensor2<float, M> S("S", 4, 4);
   CHECK_THROWS_WITH(backends::gemm(Space(), Op::N, Op::N, 1.0f, S, S, 0.0f, S),
-                    Catch::Contains("overlap"));
+                    ContainsText("overlap"));
 }
 
 namespace {
@@ -214,96 +213,6 @@ TEST_CASE("gemm in reproducible mode gives the same bits on every host backend",
   });
   for (std::size_t i = 1; i < results.size(); ++i)
     CHECK(results[i] == results[0]);
-}
-
-namespace {
-
-// n_outer x n_inner row-major (rows, cols) matrices side by side, as attention packs its heads:
-// matrix (o, i) starts at o * rows * ld + i * cols, with ld = n_inner * cols + 3 (padding).
-struct PackedLayout {
-  int n_outer, n_inner, rows, cols;
-  int ld() const { return n_inner * cols + 3; }
-  std::int64_t size() const { return std::int64_t(n_outer) * rows * ld(); }
-  std::int64_t at(int o, int i, int r, int c) const {
-    return std::int64_t(o) * rows * ld() + i * cols + r * ld() + c;
-  }
-  template <class T>
-  backends::StridedMatrices<T> matrices(T* data) const {
-    return {data, rows, cols, ld(), std::int64_t(rows) * ld(), cols};
-  }
-  // Matrix (o, i) out of the packed values, as a dense row-major vector.
-  std::vector<double> matrix(const std::vector<double>& packed, int o, int i) const {
-    std::vector<double> out;
-    for (int r = 0; r < rows; ++r)
-      for (int c = 0; c < cols; ++c)
-        out.push_back(packed[at(o, i, r, c)]);
-    return out;
-  }
-};
-
-struct ViaBatched {
-  template <class... Args>
-  void operator()(const Args&... args) const {
-    backends::gemm_batched(args...);
-  }
-};
-struct ViaBatchedNative {
-  template <class Space, class... Args>
-  void operator()(const Space& space, Op op_a, Op op_b, const Args&... args) const {
-    backends::impl::gemm_batched_native(space, op_a == Op::T, op_b == Op::T, args...);
-  }
-};
-
-template <class T, class Space, class Via>
-void check_batched_products(double tolerance, int m, int n, int k) {
-  const int n_outer = 2, n_inner = 3;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (double beta : {0.0, 0.5}) {
-        CAPTURE(ta, tb, beta, m, n, k);
-        const PackedLayout la{n_outer, n_inner, ta ? k : m, ta ? m : k};
-        const PackedLayout lb{n_outer, n_inner, tb ? n : k, tb ? k : n};
-        const PackedLayout lc{n_outer, n_inner, m, n};
-        const auto a = random_values(la.size(), 1), b = random_values(lb.size(), 2),
-                   c = random_values(lc.size(), 3);
-        const auto A = device_from<T, Space>(a, la.size());
-        const auto B = device_from<T, Space>(b, lb.size());
-        auto C = device_from<T, Space>(c, lc.size());
-        Via()(Space(), ta ? Op::T : Op::N, tb ? Op::T : Op::N, T(1.5),
-              la.matrices<const T>(A.data()), lb.matrices<const T>(B.data()), T(beta),
-              lc.matrices<T>(C.data()), n_outer, n_inner);
-        const auto result = host_values(C);
-        for (int o = 0; o < n_outer; ++o)
-          for (int i = 0; i < n_inner; ++i) {
-            CAPTURE(o, i);
-            CHECK(max_rel_diff(lc.matrix(result, o, i),
-                               naive_gemm(ta, tb, m, n, k, 1.5, la.matrix(a, o, i),
-                                          lb.matrix(b, o, i), beta, lc.matrix(c, o, i))) <=
-                  tolerance);
-          }
-        // The padding between the matrices' rows is left alone.
-        for (int o = 0; o < n_outer; ++o)
-          for (int r = 0; r < m; ++r)
-            for (int p = n_inner * n; p < lc.ld(); ++p)
-              REQUIRE(result[o * m * lc.ld() + r * lc.ld() + p] ==
-                      static_cast<double>(static_cast<T>(c[o * m * lc.ld() + r * lc.ld() + p])));
-      }
-}
-
-}  // namespace
-
-TEMPLATE_LIST_TEST_CASE("gemm_batched and its native kernel match naive products",
-                        "[backends][gemm][batched]", backends::EnabledSpaces) {
-  SECTION("gemm_batched") {
-    check_batched_products<double, TestType, ViaBatched>(1e-14, 37, 29, 53);
-    check_batched_products<float, TestType, ViaBatched>(1e-6, 37, 29, 53);
-  }
-  SECTION("native kernel") {
-    // More entries than a GPU team takes (256), with a partial last block; one entry.
-    check_batched_products<double, TestType, ViaBatchedNative>(1e-14, 37, 29, 53);
-    check_batched_products<float, TestType, ViaBatchedNative>(1e-6, 37, 29, 53);
-    check_batched_products<double, TestType, ViaBatchedNative>(1e-14, 1, 1, 7);
-  }
 }
 
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)

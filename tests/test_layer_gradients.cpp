@@ -1,6 +1,6 @@
 // Every layer's backward pass against central finite differences in double precision, on every
 // enabled backend: input and parameter gradients within 1e-6 relative error.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -31,20 +31,6 @@ struct NoParameters {
   template <class Space>
   void zero_grad(const Space&) {}
 };
-
-template <class Space>
-using Mask = Kokkos::View<bool**, Kokkos::LayoutRight, typename Space::memory_space>;
-
-template <class Space>
-Mask<Space> padding_mask(int batch, int seq, const std::vector<int>& lengths) {
-  Mask<Space> m("kpm", batch, seq);
-  auto h = Kokkos::create_mirror_view(m);
-  for (int b = 0; b < batch; ++b)
-    for (int s = 0; s < seq; ++s)
-      h(b, s) = s >= lengths[b];  // true = ignore
-  Kokkos::deep_copy(m, h);
-  return m;
-}
 
 }  // namespace
 
@@ -203,37 +189,43 @@ TEMPLATE_LIST_TEST_CASE("MultiHeadAttention gradients with and without masks",
     bool padding, additive;
     double dropout;
   };
-  // seq 21: rows long enough for the CPU softmax's vector loops (8 and 16 lanes), with a tail.
-  for (const int seq : {4, 21})
-    for (const Case c :
-         {Case{"plain", false, false, 0.0}, Case{"key padding", true, false, 0.0},
-          Case{"additive mask", false, true, 0.0}, Case{"both + dropout", true, true, 0.25}}) {
-      CAPTURE(seq, c.name);
-      const int batch = 2, d = 6;
-      const auto x0 = random_values(batch * seq * d, 30);
-      MultiHeadAttention<double, Space> layer(Space(), d, {3, c.dropout, 31});
-      // Non-zero biases so that their gradients are exercised.
-      set_parameter(layer, 1, random_values(3 * d, 32));
-      set_parameter(layer, 3, random_values(d, 33));
-      const auto kpm = c.padding ? padding_mask<Space>(batch, seq, {seq, seq / 2}) : Mask<Space>();
-      Tensor2<double, M> mask;
-      if (c.additive)
-        mask = device_from<double, Space>(random_values(seq * seq, 34, -1.0, 1.0), seq, seq);
-      const RunContext ctx{true, 3};
-      const auto fwd = [&](const std::vector<double>& x) {
-        Tensor3<double, M> y("y", batch, seq, d);
-        layer.forward(Space(), ctx, device_from<double, Space>(x, batch, seq, d), y, kpm, mask);
-        return host_values(y);
-      };
-      const auto bwd = [&](const std::vector<double>& x, const std::vector<double>& dy) {
-        const auto xd = device_from<double, Space>(x, batch, seq, d);
-        Tensor3<double, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
-        layer.forward(Space(), ctx, xd, y, kpm, mask);
-        layer.backward(Space(), xd, device_from<double, Space>(dy, batch, seq, d), dx);
-        return host_values(dx);
-      };
-      check_gradients(gradcheck<Space>(layer, x0, fwd, bwd, 35));
-    }
+  // seq 21: rows long enough for the CPU softmax's vector loops (8 and 16 lanes), with a tail;
+  // seq 70: two key tiles of the portable kernel, the second partial (with both kernels).
+  for (const AttentionKernel kernel : {AttentionKernel::Best, AttentionKernel::Portable})
+    for (const int seq : {4, 21, 70})
+      for (const Case c :
+           {Case{"plain", false, false, 0.0}, Case{"key padding", true, false, 0.0},
+            Case{"additive mask", false, true, 0.0}, Case{"both + dropout", true, true, 0.25}}) {
+        if (seq == 70 && !c.padding) continue;  // the long rows once with each mask
+        CAPTURE(kernel == AttentionKernel::Best ? "best" : "portable", seq, c.name);
+        const int batch = 2, d = 6;
+        const auto x0 = random_values(batch * seq * d, 30);
+        MultiHeadAttentionOptions options{3, c.dropout, 31};
+        options.kernel = kernel;
+        MultiHeadAttention<double, Space> layer(Space(), d, options);
+        // Non-zero biases so that their gradients are exercised.
+        set_parameter(layer, 1, random_values(3 * d, 32));
+        set_parameter(layer, 3, random_values(d, 33));
+        const auto kpm =
+            c.padding ? padding_mask<Space>(batch, seq, {seq, seq / 2}) : Mask<Space>();
+        Tensor2<double, M> mask;
+        if (c.additive)
+          mask = device_from<double, Space>(random_values(seq * seq, 34, -1.0, 1.0), seq, seq);
+        const RunContext ctx{true, 3};
+        const auto fwd = [&](const std::vector<double>& x) {
+          Tensor3<double, M> y("y", batch, seq, d);
+          layer.forward(Space(), ctx, device_from<double, Space>(x, batch, seq, d), y, kpm, mask);
+          return host_values(y);
+        };
+        const auto bwd = [&](const std::vector<double>& x, const std::vector<double>& dy) {
+          const auto xd = device_from<double, Space>(x, batch, seq, d);
+          Tensor3<double, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
+          layer.forward(Space(), ctx, xd, y, kpm, mask);
+          layer.backward(Space(), xd, device_from<double, Space>(dy, batch, seq, d), dx);
+          return host_values(dx);
+        };
+        check_gradients(gradcheck<Space>(layer, x0, fwd, bwd, 35));
+      }
 }
 
 TEMPLATE_LIST_TEST_CASE("FeedForward gradients", "[layers][gradcheck]", backends::EnabledSpaces) {

@@ -1,7 +1,7 @@
 // Forward and backward parity with PyTorch 1.13 on the golden values that
 // tests/golden/make_layer_goldens.py computed (float32, dropout 0): outputs within 1e-5 and
 // gradients within 1e-4, relative to the largest reference value, on every enabled backend.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -23,9 +23,6 @@ const Golden& goldens() {
   static const Golden g(KFORMER_GOLDEN_DIR "/layers.safetensors");
   return g;
 }
-
-template <class Space>
-using Mask = Kokkos::View<bool**, Kokkos::LayoutRight, typename Space::memory_space>;
 
 // The golden key padding mask (1.0 = ignore) as a device bool View.
 template <class Space>

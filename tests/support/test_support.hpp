@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -96,8 +96,8 @@ inline constexpr bool is_host_space_v =
 // code with the same rounding and must agree bit for bit; a GPU fuses multiply-adds and has its
 // own libm, so it is held to a relative tolerance instead.
 template <class Space>
-void check_matches_first_backend(const std::vector<double>& result, const std::vector<double>& first,
-                                 double device_tolerance = 1e-6) {
+void check_matches_first_backend(const std::vector<double>& result,
+                                 const std::vector<double>& first, double device_tolerance = 1e-6) {
   if constexpr (is_host_space_v<Space>)
     CHECK(bitwise_equal(result, first));
   else
@@ -119,6 +119,20 @@ inline std::vector<double> numeric_gradient(
     g[i] = (fp - fm) / (2 * h);
   }
   return g;
+}
+
+// A (batch, seq) key padding mask, true (ignore) from lengths[b] on.
+template <class Space>
+using Mask = Kokkos::View<bool**, Kokkos::LayoutRight, MemorySpaceOf<Space>>;
+template <class Space>
+Mask<Space> padding_mask(int batch, int seq, const std::vector<int>& lengths) {
+  Mask<Space> m("kpm", batch, seq);
+  auto h = Kokkos::create_mirror_view(m);
+  for (int b = 0; b < batch; ++b)
+    for (int s = 0; s < seq; ++s)
+      h(b, s) = s >= lengths[b];
+  Kokkos::deep_copy(m, h);
+  return m;
 }
 
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {

@@ -1,5 +1,5 @@
-// The softmax of multi-head attention, forward and backward, over the (B, H, S, S) score rows: one
-// row at a time (the functions a kernel or a CPU task calls per row), and as kernels over all rows.
+// The softmax rows of the CPU specialisation of attention (host.hpp), forward and backward: each
+// task's block of score rows in its scratch, a step at a time over the block's rows.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +8,9 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "../../backends/impl/host_vector.hpp"
-#include "../../backends/rows.hpp"
-#include "../../core/math.hpp"
-#include "../dropout.hpp"
+#include "../../../backends/impl/host_vector.hpp"
+#include "../../../core/math.hpp"
+#include "../../dropout.hpp"
 
 namespace kformer::impl {
 
@@ -247,60 +246,6 @@ struct SoftmaxForwardRows {
         static_cast<std::uint64_t>(chunk_row), rows, seq,
         [=](const std::int64_t e, const bool keep) { out[e] = keep ? chunk[e] * scale : T(0); });
   }
-
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team, const std::int64_t row) const {
-    if constexpr (backends::is_host_member<Member>) {
-      host_rows(row, 1);
-    } else {
-      using backends::row_for;
-      const int b = static_cast<int>(row / (std::int64_t(heads) * seq));
-      const int i = static_cast<int>(row % seq);
-      const int n = seq;
-      const T minus_inf = neg_inf;
-      T* const a = probs + (row - probs_first_row) * seq;
-      if (attn_mask.data() != nullptr) {
-        const AttnMask mask = attn_mask;
-        row_for(team, n, [=](const int j) { a[j] += mask(i, j); });
-      }
-      if (key_padding_mask.data() != nullptr) {
-        const KeyMask mask = key_padding_mask;
-        row_for(team, n, [=](const int j) { a[j] = mask(b, j) ? minus_inf : a[j]; });
-      }
-      const T max_score = backends::row_max<T>(team, n, [=](const int j) { return a[j]; });
-      // Each lane only reads back what it wrote: no synchronisation between the loops.
-      row_for(team, n, [=](const int j) {
-        a[j] = a[j] == minus_inf ? T(0) : math::exp_nonpositive(a[j] - max_score);
-      });
-      const T sum = backends::row_sum<T>(team, n, [=](const int j) { return a[j]; });
-      const T inv = sum > T(0) ? T(1) / sum : T(0);
-      if (!drop) {
-        row_for(team, n, [=](const int j) { a[j] *= inv; });
-        return;
-      }
-      T* const out = dropped + (row - dropped_first_row) * seq;
-      const T scale = keep_scale;
-      const std::uint64_t first_group = static_cast<std::uint64_t>(row) * ((seq + 3) / 4);
-      // Whole groups of four (straight-line code), then the last partial group.
-      const DropoutDecisions decisions = decide;
-      row_for(team, n / 4, [=](const int g) {
-        bool keep[4];
-        decisions.keep4(first_group + g, keep);
-        for (int k = 0; k < 4; ++k) {
-          const int j = 4 * g + k;
-          a[j] *= inv;
-          out[j] = keep[k] ? a[j] * scale : T(0);
-        }
-      });
-      const int tail = n - n % 4;
-      row_for(team, n % 4, [=](const int k) {
-        bool keep[4];
-        decisions.keep4(first_group + tail / 4, keep);
-        a[tail + k] *= inv;
-        out[tail + k] = keep[k] ? a[tail + k] * scale : T(0);
-      });
-    }
-  }
 };
 
 template <class T, class KeyMask, class AttnMask>
@@ -324,43 +269,20 @@ struct SoftmaxBackwardRows {
   bool drop;
   T keep_scale, scale;
 
-  template <class Member>
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team, const std::int64_t row) const {
+  // Row `row` of the block (its first row is 0).
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t row) const {
     const T* const pr = probs + row * seq;
     const T* const kept = dropped + row * seq;
     T* const g = d_probs + row * seq;
     const T keep = keep_scale, s = scale;
-    if constexpr (backends::is_host_member<Member>) {  // plain loops: see the forward
-      const int n = seq;
-      if (drop)
-        for (int j = 0; j < n; ++j)
-          g[j] = kept[j] != T(0) ? g[j] * keep : T(0);
-      const T dot = host_dot(g, pr, n);
+    const int n = seq;
+    if (drop)
       for (int j = 0; j < n; ++j)
-        g[j] = s * pr[j] * (g[j] - dot);
-    } else {
-      if (drop)
-        backends::row_for(team, seq,
-                          [=](const int j) { g[j] = kept[j] != T(0) ? g[j] * keep : T(0); });
-      const T dot = backends::row_sum<T>(team, seq, [=](const int j) { return g[j] * pr[j]; });
-      backends::row_for(team, seq, [=](const int j) { g[j] = s * pr[j] * (g[j] - dot); });
-    }
+        g[j] = kept[j] != T(0) ? g[j] * keep : T(0);
+    const T dot = host_dot(g, pr, n);
+    for (int j = 0; j < n; ++j)
+      g[j] = s * pr[j] * (g[j] - dot);
   }
 };
-
-// The forward rows over all B H S rows as one kernel.
-template <class ExecutionSpace, class T, class KeyMask, class AttnMask>
-void attention_softmax_forward(const ExecutionSpace& exec,
-                               const SoftmaxForwardRows<T, KeyMask, AttnMask>& rows, int batch) {
-  backends::for_each_row(exec, "kformer::attention::softmax_fwd",
-                         std::int64_t(batch) * rows.heads * rows.seq, rows);
-}
-
-// The backward rows over `rows` rows as one kernel.
-template <class ExecutionSpace, class T>
-void attention_softmax_backward(const ExecutionSpace& exec, const SoftmaxBackwardRows<T>& body,
-                                std::int64_t rows) {
-  backends::for_each_row(exec, "kformer::attention::softmax_bwd", rows, body);
-}
 
 }  // namespace kformer::impl

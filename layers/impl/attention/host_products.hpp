@@ -16,8 +16,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "../../backends/impl/host_blas.hpp"
-#include "../../backends/impl/host_vector.hpp"
+#include "../../../backends/impl/host_blas.hpp"
+#include "../../../backends/impl/host_vector.hpp"
 
 namespace kformer::impl::head {
 

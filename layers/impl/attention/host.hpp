@@ -1,21 +1,15 @@
-// Multi-head attention on a CPU with a BLAS: each task runs all of one (batch, head)'s work on a
-// block of query rows while its scores are in cache, instead of one kernel per stage over all
-// (B, H, S, S) scores. A task's block is at most kBlockScores scores (256 KiB of floats).
+// The CPU specialisation of fused attention (chosen in dispatch.hpp for host spaces with a BLAS):
+// each task runs all of one (batch, head)'s work on a block of query rows while its scores are in
+// cache. A task's block is at most kBlockScores scores (256 KiB of floats), so a block's scores,
+// softmax and gradients stay in the first- and second-level caches.
 //
-// The products are head_products.hpp's loops for head widths 8, 16 and 32 (the staged path's
-// batched BLAS calls took a lock per call: 2 threads were barely faster than 1), single-threaded
-// BLAS calls otherwise; the softmax rows are the staged kernels' functions, a block's rows at a
-// time (SoftmaxForwardRows::host_rows). Where the products are BLAS calls and a sequence is one
-// block, the results are the staged path's bits. With several blocks the backward sums dK and dV
-// block by block.
-//
-// Where the forward did not keep P (for inspection), the backward recomputes each block's scores
-// and softmax from Q, K and each row's maximum and inverse sum, which the forward stored (2 values
-// a row), as FlashAttention does: the same operations on each score give the forward's bits.
-// Training then holds no (B, H, S, S) buffer at all. Where P is kept, the backward reads it back,
-// which at long sequences costs less than recomputing: (4, 1024, 128) h8 took 65-70 ms a training
-// step reading, 69-71 recomputing; at TST's (32, 128, 64) h8 the layer's step took 9.6-10.1 ms
-// reading P back from memory, 9.1-9.8 recomputing it.
+// The products are host_products.hpp's vector loops for head widths 8, 16 and 32 (a BLAS call
+// per product costs about 1 us of set-up, under a lock when threads call it at once),
+// single-threaded BLAS calls otherwise; the softmax rows are host_softmax.hpp's, a block's rows a
+// step at a time. The backward recomputes each block's scores and softmax from Q, K and each row's
+// maximum and inverse sum, which the forward stored (2 values a row), as FlashAttention does: the
+// same operations on each score give the forward's bits, and no (B, H, S, S) buffer is held.
+// perf/NOTES.md has the measurements behind these choices.
 #pragma once
 
 #include <algorithm>
@@ -24,25 +18,25 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "../../backends/for_each.hpp"
-#include "../../backends/impl/host_blas.hpp"
-#include "attention_kernels.hpp"
-#include "head_products.hpp"
+#include "../../../backends/for_each.hpp"
+#include "../../../backends/impl/host_blas.hpp"
+#include "host_products.hpp"
+#include "host_softmax.hpp"
 
 namespace kformer::impl {
 
 // The packed buffers of one attention pass: qkv and d_qkv (B S, 3d), context and d_context
-// (B S, d), and the (B, H, S, S) probabilities P where they are kept for inspection (nullptr
-// otherwise). P with dropout (P~), the gradients and P where it is not kept are only ever a block
-// of rows, in each task's scratch.
+// (B S, d), and the (B, H, S, S) probabilities P where the caller asks for them (nullptr
+// otherwise). P with dropout (P~), the gradients and P where it is not asked for are only ever a
+// block of rows, in each task's scratch.
 template <class T>
 struct AttentionBuffers {
   int batch, heads, seq, d;
-  T* qkv;
+  const T* qkv;
   T* context;
   T* probs;
   T* d_qkv = nullptr;
-  T* d_context = nullptr;
+  const T* d_context = nullptr;
 
   int head_dim() const { return d / heads; }
   // Query rows per task: whole (S, S) blocks up to kBlockScores scores.
@@ -119,23 +113,10 @@ void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T
       });
 }
 
-// The forward's P~ = P * keep_scale where kept, bit for bit, for a block of rows. A functor: nvcc
-// rejects a host lambda in for_each_keep_in_rows, which is a device function too.
-template <class T>
-struct KeptProbabilities {
-  const T* p;
-  T* kept;
-  T keep_scale;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j, const bool keep) const {
-    kept[j] = keep ? p[j] * keep_scale : T(0);
-  }
-};
-
 // Backward, one task per (b, h), its query rows block by block (dK and dV sum over the blocks),
-// with the block's P~, dP~ and dA in the task's scratch, and P read from buf.probs where the
-// forward kept it, recomputed in scratch otherwise (as the forward made it: `forward_rows` holds
-// its masks, dropout decisions and rows' maxima and inverse sums):
-//   P = softmax rows of Q[r] K^T / sqrt(dh) (where not kept),  P~ = P m / (1 - p),
+// with the block's P, P~, dP~ and dA in the task's scratch, P recomputed as the forward made it
+// (`forward_rows` holds its masks, dropout decisions and rows' maxima and inverse sums):
+//   P = softmax rows of Q[r] K^T / sqrt(dh),  P~ = P m / (1 - p),
 //   dP~ = dO[r] V^T,  dV (+)= P~[r]^T dO[r],  dA = softmax backward row by row,
 //   dQ[r] = dA K,  dK (+)= dA^T Q[r].
 // `softmax` gives the backward's row constants (dropout, scales); pointers are set per block.
@@ -149,10 +130,7 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
   const int rows_per_block = buf.block_rows();
   const std::size_t block_scores = std::size_t(rows_per_block) * seq;
   const bool drop = softmax.drop;
-  const bool recompute = buf.probs == nullptr;
-  const std::size_t block_buffers = 1 + (recompute ? 1 : 0) + (drop ? 1 : 0);  // dP~ and dA, P, P~
-  const T keep_scale = softmax.keep_scale;
-  const DropoutDecisions decide = forward_rows.decide;
+  const std::size_t block_buffers = drop ? 3 : 2;  // dP~ and dA, P, P~
   const std::size_t scratch_bytes = scratch_view::shmem_size(block_scores * block_buffers);
   const int level = backends::team_scratch_level<ExecutionSpace>(scratch_bytes);
   const backends::impl::HostBlasThreads blas_threads(exec);
@@ -170,26 +148,20 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
         T* const dk = dq + d;
         T* const dv = dq + 2 * d;
         T* const g = scratch_view(team.team_scratch(level), block_scores * block_buffers).data();
-        T* const recomputed = recompute ? g + block_scores : nullptr;
-        T* const kept = g + block_scores * (recompute ? 2 : 1);  // P~, when drop
+        T* const p = g + block_scores;
+        T* const kept = g + 2 * block_scores;  // P~, when drop
         for (int r0 = 0; r0 < seq; r0 += rows_per_block) {
           const int rows = std::min(rows_per_block, seq - r0);
           const T beta = r0 == 0 ? T(0) : T(1);
           const std::int64_t first_row = std::int64_t(bh) * seq + r0;
-          const T* const p = recompute ? recomputed : buf.probs + first_row * seq;
-          if (recompute) {
-            SoftmaxForwardRows<T, KeyMask, AttnMask> block_rows = forward_rows;
-            block_rows.probs = recomputed;
-            block_rows.probs_first_row = first_row;
-            block_rows.dropped = kept;
-            block_rows.dropped_first_row = first_row;
-            head::product_nt(dh, rows, seq, scale, q + std::int64_t(r0) * 3 * d, 3 * d, k, 3 * d,
-                             recomputed, seq);
-            block_rows.host_rows_from_stats(first_row, rows);
-          } else if (drop) {
-            decide.for_each_keep_in_rows(std::uint64_t(first_row), rows, seq,
-                                         KeptProbabilities<T>{p, kept, keep_scale});
-          }
+          SoftmaxForwardRows<T, KeyMask, AttnMask> block_rows = forward_rows;
+          block_rows.probs = p;
+          block_rows.probs_first_row = first_row;
+          block_rows.dropped = kept;
+          block_rows.dropped_first_row = first_row;
+          head::product_nt(dh, rows, seq, scale, q + std::int64_t(r0) * 3 * d, 3 * d, k, 3 * d, p,
+                           seq);
+          block_rows.host_rows_from_stats(first_row, rows);
           const T* const p_dropped = drop ? kept : p;
           const T* const d_out = buf.d_context + (std::int64_t(b) * seq + r0) * d + h * dh;
           head::product_nt(dh, rows, seq, T(1), d_out, d, v, 3 * d, g, seq);
@@ -199,7 +171,7 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
           block.dropped = p_dropped;
           block.d_probs = g;
           for (int i = 0; i < rows; ++i)
-            block(backends::HostRowMember{}, i);
+            block(i);
           head::product_nn(dh, rows, seq, g, seq, k, 3 * d, dq + std::int64_t(r0) * 3 * d, 3 * d);
           head::product_tn(dh, rows, seq, g, seq, q + std::int64_t(r0) * 3 * d, 3 * d, beta, dk,
                            3 * d);
