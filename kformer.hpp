@@ -8,6 +8,7 @@
 #include "backends/spaces.hpp"
 #include "core/compat.hpp"
 #include "core/error.hpp"
+#include "core/layer.hpp"
 #include "core/param.hpp"
 #include "core/random.hpp"
 #include "core/run_context.hpp"

@@ -13,7 +13,9 @@
 #include "../backends/for_each.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "../core/math.hpp"
+#include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 
 namespace kformer {
@@ -68,10 +70,10 @@ void activation_forward(const ExecutionSpace& exec, Activation a, const XView& x
         });
 }
 
-// dx = dy * act'(x), elementwise (dx may be dy).
+// dx = dy * act'(x) (dx += with WriteMode::Add), elementwise (dx may be dy).
 template <class ExecutionSpace, class XView, class DYView, class DXView>
 void activation_backward(const ExecutionSpace& exec, Activation a, const XView& x, const DYView& dy,
-                         const DXView& dx) {
+                         const DXView& dx, WriteMode mode = WriteMode::Assign) {
   using T = typename DXView::non_const_value_type;
   if (x.size() != dy.size() || x.size() != dx.size())
     fail("kformer::activation_backward", "x, dy and dx must have the same size, got ", shape_of(x),
@@ -79,18 +81,54 @@ void activation_backward(const ExecutionSpace& exec, Activation a, const XView& 
   const T* const in = x.data();
   const T* const g = dy.data();
   T* const out = dx.data();
+  const bool add = mode == WriteMode::Add;
   if (a == Activation::GELU)
     backends::for_each_index(
         exec, "kformer::activation::backward", std::int64_t(x.size()),
         KOKKOS_LAMBDA(const std::int64_t i) {
-          out[i] = g[i] * activation_derivative(Activation::GELU, in[i]);
+          const T v = g[i] * activation_derivative(Activation::GELU, in[i]);
+          out[i] = add ? out[i] + v : v;
         });
   else
     backends::for_each_index(
         exec, "kformer::activation::backward", std::int64_t(x.size()),
         KOKKOS_LAMBDA(const std::int64_t i) {
-          out[i] = g[i] * activation_derivative(Activation::ReLU, in[i]);
+          const T v = g[i] * activation_derivative(Activation::ReLU, in[i]);
+          out[i] = add ? out[i] + v : v;
         });
 }
+
+// An activation as a layer (for containers of layers): no parameters, any shape.
+template <class T, class ExecutionSpace>
+class ActivationLayer {
+ public:
+  using memory_space = typename ExecutionSpace::memory_space;
+
+  ActivationLayer() = default;
+  ActivationLayer(const ExecutionSpace&, Activation activation) : activation_(activation) {}
+
+  Activation activation() const { return activation_; }
+  template <class F>
+  void visit_parameters(F&&) {}
+  template <class F>
+  void visit_buffers(F&&) {}
+  void zero_grad(const ExecutionSpace&) {}
+  std::int64_t buffer_bytes() const { return 0; }
+
+  // y = act(x); y may be x.
+  template <class XView, class YView>
+  void forward(const ExecutionSpace& exec, const RunContext&, const XView& x, const YView& y) {
+    activation_forward(exec, activation_, x, y);
+  }
+  // dx (+)= dy * act'(x); x is the forward's input (not its output, so y may not have been x).
+  template <class XView, class DYView, class DXView>
+  void backward(const ExecutionSpace& exec, const RunContext&, const XView& x, const DYView& dy,
+                const DXView& dx, WriteMode dx_mode = WriteMode::Assign) {
+    activation_backward(exec, activation_, x, dy, dx, dx_mode);
+  }
+
+ private:
+  Activation activation_ = Activation::GELU;
+};
 
 }  // namespace kformer

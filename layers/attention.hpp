@@ -35,6 +35,7 @@
 #include "../backends/device_info.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "../core/math.hpp"
 #include "../core/profiling.hpp"
 #include "../core/random.hpp"
@@ -111,9 +112,17 @@ class MultiHeadAttention {
     in_proj_.visit_parameters([&](const std::string& n, auto& p) { f("in_proj_" + n, p); });
     out_proj_.visit_parameters([&](const std::string& n, auto& p) { f("out_proj." + n, p); });
   }
+  template <class F>
+  void visit_buffers(F&&) {}
   void zero_grad(const ExecutionSpace& exec) {
     in_proj_.zero_grad(exec);
     out_proj_.zero_grad(exec);
+  }
+  std::int64_t buffer_bytes() const {
+    return in_proj_.buffer_bytes() + out_proj_.buffer_bytes() +
+           std::int64_t(qkv_.bytes() + probs_.bytes() + context_.bytes() + d_context_.bytes() +
+                        d_qkv_.bytes() + row_stats_.bytes() + row_dots_.bytes() +
+                        key_padding_mask_copy_.bytes() + attn_mask_copy_.bytes());
   }
 
   // Bytes held between forward and backward for a (batch, seq) input in training, the copies of
@@ -153,15 +162,15 @@ class MultiHeadAttention {
     const std::int64_t n = std::int64_t(batch) * seq;
     const auto qkv = qkv_.view(n, 3 * d_);
     const auto context = context_.view(n, d_);
-    in_proj_.forward(exec, as_matrix(x), qkv);
+    in_proj_.forward(exec, ctx, as_matrix(x), qkv);
     T* const probs = probs_kept_ ? probs_.view(batch, heads_, seq, seq).data() : nullptr;
     impl::attention_forward(exec, kernel_, problem(), probs);
-    out_proj_.forward(exec, context, as_matrix(y));
+    out_proj_.forward(exec, ctx, context, as_matrix(y));
   }
 
   // dx (+)= d MHA / dx, parameter gradients accumulate.   x: the forward's input; dy, dx: (B, S, d)
-  void backward(const ExecutionSpace& exec, const ConstTensor3& x, const ConstTensor3& dy,
-                const Tensor3& dx, bool accumulate_dx = false) {
+  void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
+                const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
     const std::string where = name_ + "::backward";
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {batch_, seq_, d_});
@@ -175,12 +184,12 @@ class MultiHeadAttention {
     const auto context = context_.view(n, d_);
     const auto d_context = d_context_.view(n, d_);
     const auto d_qkv = d_qkv_.view(n, 3 * d_);
-    out_proj_.backward(exec, context, as_matrix(dy), d_context);
+    out_proj_.backward(exec, ctx, context, as_matrix(dy), d_context);
     const impl::flash::Gradients<T> gradients{d_context.data(), d_qkv.data(),
                                               row_dots_.view(n * heads_).data()};
     impl::attention_backward(exec, kernel_, problem(), gradients);
-    in_proj_.backward(exec, as_matrix(x), d_qkv,
-                      dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), accumulate_dx);
+    in_proj_.backward(exec, ctx, as_matrix(x), d_qkv,
+                      dx.data() ? as_matrix(dx) : Tensor2<T, memory_space>(), dx_mode);
   }
 
   // The attention probabilities P of the last forward, (B, H, S, S), for inspection.

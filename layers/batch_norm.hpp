@@ -22,6 +22,7 @@
 #include "../backends/rows.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "../core/param.hpp"
 #include "../core/profiling.hpp"
 #include "../core/run_context.hpp"
@@ -77,6 +78,9 @@ class BatchNorm {
   void zero_grad(const ExecutionSpace& exec) {
     Kokkos::deep_copy(exec, weight_.grad, T(0));
     Kokkos::deep_copy(exec, bias_.grad, T(0));
+  }
+  std::int64_t buffer_bytes() const {
+    return std::int64_t(partial_.bytes()) + 4 * std::int64_t(dim_) * std::int64_t(sizeof(T));
   }
 
   // y = BatchNorm(x) with batch statistics (training) or running statistics (eval).
@@ -147,8 +151,9 @@ class BatchNorm {
 
   // dx (+)= d BatchNorm / dx for the last forward's mode; dgamma, dbeta accumulate.
   //   x: the forward's input, dy: (N, dim), dx: (N, dim) or empty; dx may be dy.
-  void backward(const ExecutionSpace& exec, const ConstMatrix& x, const ConstMatrix& dy,
-                const Matrix& dx, bool accumulate_dx = false) {
+  void backward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
+                const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
+    const bool accumulate_dx = dx_mode == WriteMode::Add;
     const std::string where = name_ + "::backward";
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});

@@ -22,9 +22,11 @@
 #include "../backends/gemm.hpp"
 #include "../backends/reduce.hpp"
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "../core/param.hpp"
 #include "../core/profiling.hpp"
 #include "../core/random.hpp"
+#include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
 #include "elementwise.hpp"
@@ -82,13 +84,19 @@ class Conv1dProjection {
     f(std::string("weight"), weight_);
     f(std::string("bias"), bias_);
   }
+  template <class F>
+  void visit_buffers(F&&) {}
   void zero_grad(const ExecutionSpace& exec) {
     Kokkos::deep_copy(exec, weight_.grad, T(0));
     Kokkos::deep_copy(exec, bias_.grad, T(0));
   }
+  std::int64_t buffer_bytes() const {
+    return std::int64_t(cols_.bytes() + dcols_.bytes() + partial_.bytes());
+  }
 
   // y = conv(x).   x: (B, S, in), y: (B, output_length(S), out)
-  void forward(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& y) {
+  void forward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
+               const Tensor3& y) {
     const std::string where = name_ + "::forward";
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, in_});
@@ -100,9 +108,9 @@ class Conv1dProjection {
     backends::gemm(exec, backends::Op::N, backends::Op::T, T(1), cols, weight_matrix(), T(1), ym);
   }
 
-  // dW += dy^T cols, db += sum dy, dx = col2im(dy W) (dx may be empty).
-  void backward(const ExecutionSpace& exec, const ConstTensor3& x, const ConstTensor3& dy,
-                const Tensor3& dx) {
+  // dW += dy^T cols, db += sum dy, dx = col2im(dy W) (+= with WriteMode::Add; dx may be empty).
+  void backward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
+                const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
     const std::string where = name_ + "::backward";
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, in_});
@@ -116,7 +124,7 @@ class Conv1dProjection {
     if (dx.data() == nullptr) return;
     const auto dcols = dcols_.view(cols.extent(0), cols.extent(1));
     backends::gemm(exec, backends::Op::N, backends::Op::N, T(1), dym, weight_matrix(), T(0), dcols);
-    col2im(exec, dcols, dx);
+    col2im(exec, dcols, dx, dx_mode == WriteMode::Add);
   }
 
  private:
@@ -145,9 +153,10 @@ class Conv1dProjection {
     return cols;
   }
 
-  // dx[b, s, f] = sum over (o, t) with o*stride - pad + t*dilation = s of dcols[(b, o), f*k + t].
-  void col2im(const ExecutionSpace& exec, const Tensor2<T, memory_space>& dcols,
-              const Tensor3& dx) const {
+  // dx[b, s, f] (+)= sum over (o, t) with o*stride - pad + t*dilation = s of dcols[(b, o), f*k +
+  // t].
+  void col2im(const ExecutionSpace& exec, const Tensor2<T, memory_space>& dcols, const Tensor3& dx,
+              bool add) const {
     const int batch = dx.extent(0), seq = dx.extent(1), f_in = in_, k = o_.kernel_size;
     const int seq_out = output_length(seq), stride = o_.stride, dil = o_.dilation, pad = pad_left_;
     Kokkos::parallel_for(
@@ -162,7 +171,7 @@ class Conv1dProjection {
             const long o = shifted / stride;
             if (o < seq_out) sum += dcols(b * seq_out + o, f * k + t);
           }
-          dx(b, s, f) = sum;
+          dx(b, s, f) = add ? dx(b, s, f) + sum : sum;
         });
   }
 

@@ -17,6 +17,7 @@
 
 #include "../backends/for_each.hpp"
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
@@ -105,7 +106,8 @@ class Dropout {
   using memory_space = typename ExecutionSpace::memory_space;
 
   Dropout() = default;
-  Dropout(double p, std::uint64_t seed, std::string name = "kformer::Dropout")
+  Dropout(const ExecutionSpace&, double p, std::uint64_t seed,
+          std::string name = "kformer::Dropout")
       : name_(std::move(name)), p_(p), seed_(seed) {
     if (!(p >= 0.0 && p < 1.0)) fail(name_, "dropout probability must be in [0, 1), got ", p);
   }
@@ -113,6 +115,12 @@ class Dropout {
   double p() const { return p_; }
   // Whether the last forward dropped anything (so that backward must apply the mask).
   bool active() const { return active_; }
+  template <class F>
+  void visit_parameters(F&&) {}
+  template <class F>
+  void visit_buffers(F&&) {}
+  void zero_grad(const ExecutionSpace&) {}
+  std::int64_t buffer_bytes() const { return std::int64_t(mask_.bytes()); }
 
   // y = dropout(x) over contiguous views of equal size; y may be x.
   template <class XView, class YView>
@@ -180,26 +188,28 @@ class Dropout {
           });
   }
 
-  // dx = dy * m / (1 - p) after a training forward, dx = dy otherwise; dx may be dy.
-  template <class DYView, class DXView>
-  void backward(const ExecutionSpace& exec, const DYView& dy, const DXView& dx) {
+  // dx = dy * m / (1 - p) after a training forward, dx = dy otherwise (+= with WriteMode::Add);
+  // dx may be dy. x (the forward's input) is not read.
+  template <class XView, class DYView, class DXView>
+  void backward(const ExecutionSpace& exec, const RunContext&, const XView&, const DYView& dy,
+                const DXView& dx, WriteMode dx_mode = WriteMode::Assign) {
     const std::string where = name_ + "::backward";
     if (dy.size() != dx.size())
       fail(where, "dy has shape ", shape_of(dy), ", dx has shape ", shape_of(dx));
     const std::int64_t n = static_cast<std::int64_t>(dy.size());
     const T* const g = dy.data();
     T* const out = dx.data();
-    if (!active_) {
-      copy(exec, dy, dx);
-      return;
-    }
+    if (!active_) return write_scaled(exec, dx_mode, T(1), dy, dx);
     if (static_cast<std::int64_t>(mask_.capacity()) < n)
       fail(where, "dy has ", n, " elements but the last forward masked ", mask_.capacity());
     const std::uint8_t* const mask = mask_.view(n).data();
     const T scale = static_cast<T>(1.0 / (1.0 - p_));
+    const bool add = dx_mode == WriteMode::Add;
     backends::for_each_index(
-        exec, "kformer::dropout::backward", n,
-        KOKKOS_LAMBDA(const std::int64_t i) { out[i] = mask[i] ? g[i] * scale : T(0); });
+        exec, "kformer::dropout::backward", n, KOKKOS_LAMBDA(const std::int64_t i) {
+          const T v = mask[i] ? g[i] * scale : T(0);
+          out[i] = add ? out[i] + v : v;
+        });
   }
 
   // The mask of the last training forward (1 = kept), for tests and inspection.

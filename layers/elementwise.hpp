@@ -8,6 +8,7 @@
 #include "../backends/for_each.hpp"
 #include "../backends/rows.hpp"
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 
 namespace kformer {
 
@@ -52,6 +53,23 @@ void scale_copy(const ExecutionSpace& exec, T scale, const In& in, const Out& ou
   backends::for_each_index(
       exec, "kformer::scale_copy", std::int64_t(out.size()),
       KOKKOS_LAMBDA(const std::int64_t i) { po[i] = s * pi[i]; });
+}
+
+// out = scale * in (Assign) or out += scale * in (Add), over contiguous views of equal size: how a
+// backward whose input gradient is its output gradient scaled writes dx.
+template <class ExecutionSpace, class T, class In, class Out>
+void write_scaled(const ExecutionSpace& exec, WriteMode mode, T scale, const In& in,
+                  const Out& out) {
+  using V = typename Out::non_const_value_type;
+  if (mode == WriteMode::Assign) return scale_copy(exec, scale, in, out);
+  if (in.size() != out.size())
+    fail("kformer::write_scaled", "sizes differ: ", shape_of(in), ", ", shape_of(out));
+  const V* const pi = in.data();
+  V* const po = out.data();
+  const V s = static_cast<V>(scale);
+  backends::for_each_index(
+      exec, "kformer::add_scaled", std::int64_t(out.size()),
+      KOKKOS_LAMBDA(const std::int64_t i) { po[i] += s * pi[i]; });
 }
 
 // m[i, :] = row for every row of a (rows, cols) matrix (a bias broadcast before a GEMM with beta

@@ -8,6 +8,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "../core/random.hpp"
 #include "../core/workspace.hpp"
 #include "encoder_layer.hpp"
@@ -58,6 +59,12 @@ class TransformerEncoder {
     for (auto& l : layers_)
       l.zero_grad(exec);
   }
+  std::int64_t buffer_bytes() const {
+    std::int64_t bytes = std::int64_t(grads_[0].bytes() + grads_[1].bytes());
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      bytes += layers_[i].buffer_bytes() + std::int64_t(outputs_[i].bytes());
+    return bytes;
+  }
   // Every layer checks its blocks' outputs and gradients for NaN/Inf (see TransformerEncoderLayer).
   void set_finite_checks(bool on) {
     for (auto& l : layers_)
@@ -80,9 +87,9 @@ class TransformerEncoder {
     }
   }
 
-  // dx = d encoder / dx; parameter gradients accumulate.   x: the forward's input
-  void backward(const ExecutionSpace& exec, const ConstTensor3& x, const ConstTensor3& dy,
-                const Tensor3& dx) {
+  // dx (+)= d encoder / dx; parameter gradients accumulate.   x: the forward's input
+  void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
+                const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
     const std::string where = name_ + "::backward";
     check_shape(where, "x", x, {-1, -1, d_});
     check_shape(where, "dy", dy, extents_of(x));
@@ -93,7 +100,7 @@ class TransformerEncoder {
       const ConstTensor3 in = i == 0 ? x : ConstTensor3(outputs_[i - 1].view(batch, seq, d_));
       // Alternate between two buffers; the first layer writes dx.
       const Tensor3 out = i == 0 ? dx : grads_[i % 2].view(batch, seq, d_);
-      layers_[i].backward(exec, in, grad, out);
+      layers_[i].backward(exec, ctx, in, grad, out, i == 0 ? dx_mode : WriteMode::Assign);
       grad = out;
     }
   }

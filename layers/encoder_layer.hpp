@@ -18,6 +18,7 @@
 
 #include "../core/error.hpp"
 #include "../core/finite.hpp"
+#include "../core/layer.hpp"
 #include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
@@ -62,8 +63,8 @@ class TransformerEncoderLayer {
             {o.dim_feedforward, o.activation, o.dropout, derive_seed(o.seed, "ff")}, name_ + ".ff"),
         norm1_(exec, o.norm, o.d_model, name_ + ".norm1"),
         norm2_(exec, o.norm, o.d_model, name_ + ".norm2"),
-        dropout1_(o.dropout, derive_seed(o.seed, "dropout1"), name_ + ".dropout1"),
-        dropout2_(o.dropout, derive_seed(o.seed, "dropout2"), name_ + ".dropout2") {}
+        dropout1_(exec, o.dropout, derive_seed(o.seed, "dropout1"), name_ + ".dropout1"),
+        dropout2_(exec, o.dropout, derive_seed(o.seed, "dropout2"), name_ + ".dropout2") {}
 
   const EncoderLayerOptions& options() const { return options_; }
   MultiHeadAttention<T, ExecutionSpace>& self_attn() { return self_attn_; }
@@ -87,6 +88,12 @@ class TransformerEncoderLayer {
     ff_.zero_grad(exec);
     norm1_.zero_grad(exec);
     norm2_.zero_grad(exec);
+  }
+  std::int64_t buffer_bytes() const {
+    return self_attn_.buffer_bytes() + ff_.buffer_bytes() + norm1_.buffer_bytes() +
+           norm2_.buffer_bytes() + dropout1_.buffer_bytes() + dropout2_.buffer_bytes() +
+           std::int64_t(attn_out_.bytes() + r1_.bytes() + x1_.bytes() + f_.bytes() + r2_.bytes() +
+                        g1_.bytes() + g2_.bytes() + g3_.bytes());
   }
 
   // y = layer(x).   x, y: (B, S, d), distinct; key_padding_mask: (B, S), true = ignore
@@ -141,9 +148,10 @@ class TransformerEncoderLayer {
   // and stop with the first block that produced a NaN or Inf (one reduction per block).
   void set_finite_checks(bool on) { check_finite_ = on; }
 
-  // dx = d layer / dx; parameter gradients accumulate.   x: the forward's input; dy, dx: (B, S, d)
-  void backward(const ExecutionSpace& exec, const ConstTensor3& x, const ConstTensor3& dy,
-                const Tensor3& dx) {
+  // dx (+)= d layer / dx; parameter gradients accumulate.   x: the forward's input; dy, dx: (B, S,
+  // d)
+  void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
+                const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
     const std::string where = name_ + "::backward";
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, options_.d_model});
@@ -156,33 +164,35 @@ class TransformerEncoderLayer {
     const auto xm = as_matrix(x);
     const auto dym = as_matrix(dy);
     const auto dxm = as_matrix(dx);
+    const auto a = attn_out_.view(n, d);
     const auto r1 = r1_.view(n, d);
     const auto x1 = x1_.view(n, d);
+    const auto f = f_.view(n, d);
     const auto g1 = g1_.view(n, d);
     const auto g2 = g2_.view(n, d);
     const auto g3 = g3_.view(batch, seq, d);
     if (!options_.norm_first) {
-      norm2_.backward(exec, r1_2(), dym, g1);       // g1 = d(x1 + dropout2(f))
-      dropout2_.backward(exec, g1, g2);             // g2 = df
-      ff_.backward(exec, x1, g2, g1, true);         // g1 = dx1
-      norm1_.backward(exec, r1, g1, g2);            // g2 = d(x + dropout1(a))
-      dropout1_.backward(exec, g2, as_matrix(g3));  // g3 = da
-      copy(exec, g2, dxm);
-      self_attn_.backward(exec, x, g3, dx, true);
+      norm2_.backward(exec, ctx, r1_2(), dym, g1);          // g1 = d(x1 + dropout2(f))
+      dropout2_.backward(exec, ctx, f, g1, g2);             // g2 = df
+      ff_.backward(exec, ctx, x1, g2, g1, WriteMode::Add);  // g1 = dx1
+      norm1_.backward(exec, ctx, r1, g1, g2);               // g2 = d(x + dropout1(a))
+      dropout1_.backward(exec, ctx, a, g2, as_matrix(g3));  // g3 = da
+      write_scaled(exec, dx_mode, T(1), g2, dxm);           // dx (+)= the residual's
+      self_attn_.backward(exec, ctx, x, g3, dx, WriteMode::Add);
     } else {
       const auto n1 = x1_.view(batch, seq, d);
-      dropout2_.backward(exec, dym, g1);   // g1 = df
-      ff_.backward(exec, r1_2(), g1, g2);  // g2 = d norm2(x1)
+      dropout2_.backward(exec, ctx, f, dym, g1);  // g1 = df
+      ff_.backward(exec, ctx, r1_2(), g1, g2);    // g2 = d norm2(x1)
       check(exec, g2, "ff", "backward");
       copy(exec, dym, as_matrix(g3));
-      norm2_.backward(exec, r1, g2, as_matrix(g3), true);  // g3 = dx1
+      norm2_.backward(exec, ctx, r1, g2, as_matrix(g3), WriteMode::Add);  // g3 = dx1
       check(exec, g3, "norm2", "backward");
-      dropout1_.backward(exec, as_matrix(g3), g1);  // g1 = da
-      self_attn_.backward(exec, n1, Tensor3(g1.data(), batch, seq, d),
+      dropout1_.backward(exec, ctx, a, as_matrix(g3), g1);  // g1 = da
+      self_attn_.backward(exec, ctx, n1, Tensor3(g1.data(), batch, seq, d),
                           Tensor3(g2.data(), batch, seq, d));
       check(exec, g2, "self_attn", "backward");
-      copy(exec, as_matrix(g3), dxm);  // dx = dx1 + d norm1 / dx
-      norm1_.backward(exec, xm, g2, dxm, true);
+      write_scaled(exec, dx_mode, T(1), as_matrix(g3), dxm);  // dx (+)= dx1 + d norm1 / dx
+      norm1_.backward(exec, ctx, xm, g2, dxm, WriteMode::Add);
       check(exec, dxm, "norm1", "backward");
     }
   }

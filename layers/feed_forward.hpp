@@ -12,6 +12,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
@@ -48,16 +49,22 @@ class FeedForward {
                  {true, derive_seed(options.seed, "linear1")}, name_ + ".linear1"),
         linear2_(exec, options.dim_feedforward, d_model,
                  {true, derive_seed(options.seed, "linear2")}, name_ + ".linear2"),
-        dropout_(options.dropout, derive_seed(options.seed, "dropout"), name_ + ".dropout") {}
+        dropout_(exec, options.dropout, derive_seed(options.seed, "dropout"), name_ + ".dropout") {}
 
   template <class F>
   void visit_parameters(F&& f) {
     linear1_.visit_parameters([&](const std::string& n, auto& p) { f("linear1." + n, p); });
     linear2_.visit_parameters([&](const std::string& n, auto& p) { f("linear2." + n, p); });
   }
+  template <class F>
+  void visit_buffers(F&&) {}
   void zero_grad(const ExecutionSpace& exec) {
     linear1_.zero_grad(exec);
     linear2_.zero_grad(exec);
+  }
+  std::int64_t buffer_bytes() const {
+    return linear1_.buffer_bytes() + linear2_.buffer_bytes() + dropout_.buffer_bytes() +
+           std::int64_t(hidden_.bytes() + activated_.bytes() + d_activated_.bytes());
   }
 
   // y = FF(x).   x, y: (N, d)
@@ -70,15 +77,15 @@ class FeedForward {
     const std::int64_t n = x.extent(0);
     const auto h = hidden_.view(n, ff_);
     const auto a = activated_.view(n, ff_);
-    linear1_.forward(exec, x, h);
+    linear1_.forward(exec, ctx, x, h);
     activation_forward(exec, activation_, h, a);
     dropout_.forward(exec, ctx, a, a);
-    linear2_.forward(exec, a, y);
+    linear2_.forward(exec, ctx, a, y);
   }
 
   // dx (+)= d FF / dx; parameter gradients accumulate.   x: the forward's input
-  void backward(const ExecutionSpace& exec, const ConstMatrix& x, const ConstMatrix& dy,
-                const Matrix& dx, bool accumulate_dx = false) {
+  void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
+                const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
     const std::string where = name_ + "::backward";
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, d_});
@@ -87,10 +94,10 @@ class FeedForward {
     const auto h = hidden_.view(n, ff_);
     const auto a = activated_.view(n, ff_);
     const auto da = d_activated_.view(n, ff_);
-    linear2_.backward(exec, a, dy, da);
-    dropout_.backward(exec, da, da);
+    linear2_.backward(exec, ctx, a, dy, da);
+    dropout_.backward(exec, ctx, a, da, da);
     activation_backward(exec, activation_, h, da, da);
-    linear1_.backward(exec, x, da, dx, accumulate_dx);
+    linear1_.backward(exec, ctx, x, da, dx, dx_mode);
   }
 
  private:

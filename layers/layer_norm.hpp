@@ -17,6 +17,7 @@
 #include "../backends/reduce.hpp"
 #include "../core/compat.hpp"
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "../core/param.hpp"
 #include "../core/profiling.hpp"
 #include "../core/run_context.hpp"
@@ -57,6 +58,9 @@ class LayerNorm {
   void zero_grad(const ExecutionSpace& exec) {
     Kokkos::deep_copy(exec, weight_.grad, T(0));
     Kokkos::deep_copy(exec, bias_.grad, T(0));
+  }
+  std::int64_t buffer_bytes() const {
+    return std::int64_t(mean_.bytes() + rstd_.bytes() + partial_.bytes());
   }
 
   // y = LayerNorm(x).   x, y: (N, dim); y may be x.
@@ -100,8 +104,9 @@ class LayerNorm {
 
   // dx (+)= d LayerNorm / dx, dgamma += sum dy xhat, dbeta += sum dy.
   //   x: the forward's input, dy: (N, dim), dx: (N, dim) or empty; dx may be dy.
-  void backward(const ExecutionSpace& exec, const ConstMatrix& x, const ConstMatrix& dy,
-                const Matrix& dx, bool accumulate_dx = false) {
+  void backward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
+                const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
+    const bool accumulate_dx = dx_mode == WriteMode::Add;
     const std::string where = name_ + "::backward";
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});

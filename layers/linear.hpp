@@ -1,7 +1,7 @@
 // Linear (fully connected) layer with PyTorch's parameter layout.
 //
 //   forward:   y = x W^T + b                x: (N, in), y: (N, out), W: (out, in), b: (out)
-//   backward:  dW += dy^T x,  db += sum_n dy,  dx = dy W  (or dx += dy W)
+//   backward:  dW += dy^T x,  db += sum_n dy,  dx = dy W  (WriteMode::Add: dx += dy W)
 //
 // N is batch*seq: (batch, seq, features) activations are passed as (N, features) matrices over
 // the same memory (as_matrix). Weights are initialised as PyTorch does (kaiming_uniform with
@@ -17,9 +17,11 @@
 #include "../backends/gemm.hpp"
 #include "../backends/reduce.hpp"
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "../core/param.hpp"
 #include "../core/profiling.hpp"
 #include "../core/random.hpp"
+#include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
 #include "elementwise.hpp"
@@ -68,13 +70,17 @@ class Linear {
     f(std::string("weight"), weight_);
     if (has_bias_) f(std::string("bias"), bias_);
   }
+  template <class F>
+  void visit_buffers(F&&) {}
   void zero_grad(const ExecutionSpace& exec) {
     Kokkos::deep_copy(exec, weight_.grad, T(0));
     if (has_bias_) Kokkos::deep_copy(exec, bias_.grad, T(0));
   }
+  std::int64_t buffer_bytes() const { return std::int64_t(partial_.bytes()); }
 
   // y = x W^T + b.   x: (N, in), y: (N, out)
-  void forward(const ExecutionSpace& exec, const ConstMatrix& x, const Matrix& y) const {
+  void forward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
+               const Matrix& y) const {
     const std::string where = name_ + "::forward";
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, in_});
@@ -87,10 +93,10 @@ class Linear {
     }
   }
 
-  // dW += dy^T x, db += sum_n dy, and dx = dy W (dx += dy W when accumulate_dx); dx may be
-  // empty (no input gradient wanted).   x: (N, in), dy: (N, out), dx: (N, in)
-  void backward(const ExecutionSpace& exec, const ConstMatrix& x, const ConstMatrix& dy,
-                const Matrix& dx, bool accumulate_dx = false) {
+  // dW += dy^T x, db += sum_n dy, and dx = dy W (+= with WriteMode::Add); dx may be empty (no
+  // input gradient wanted).   x: (N, in), dy: (N, out), dx: (N, in)
+  void backward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
+                const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
     const std::string where = name_ + "::backward";
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, in_});
@@ -101,7 +107,7 @@ class Linear {
     if (has_bias_) backends::column_sum(exec, dy, bias_.grad, true, partial_);
     if (dx.data() != nullptr)
       backends::gemm(exec, backends::Op::N, backends::Op::N, T(1), dy, weight_matrix(),
-                     accumulate_dx ? T(1) : T(0), dx);
+                     dx_mode == WriteMode::Add ? T(1) : T(0), dx);
   }
 
  private:

@@ -1,10 +1,19 @@
-// The normalisation of an encoder layer, chosen at run time: BatchNorm (TST's default) or
-// LayerNorm (PyTorch's TransformerEncoderLayer). Both normalise (N, d) token matrices.
+// The normalisations an encoder layer can use, chosen at run time by name: the one registry of
+// norm kinds. Each kind has its config / command-line name, the class, and (through the class's
+// visit_parameters and visit_buffers) its state_dict names. Adding a kind: its header, one entry
+// in NormType, kNormKinds and NormVariant below, and its tests (docs/architecture.md).
+//
+//   batchnorm  BatchNorm1d over the tokens of the batch (TST's default)
+//   layernorm  LayerNorm over the features (PyTorch's TransformerEncoderLayer)
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
+#include <variant>
 
 #include "../core/error.hpp"
+#include "../core/layer.hpp"
 #include "batch_norm.hpp"
 #include "layer_norm.hpp"
 
@@ -12,16 +21,39 @@ namespace kformer {
 
 enum class NormType { BatchNorm, LayerNorm };
 
-inline NormType parse_norm(const std::string& name) {
-  if (name == "batchnorm" || name == "BatchNorm") return NormType::BatchNorm;
-  if (name == "layernorm" || name == "LayerNorm") return NormType::LayerNorm;
-  fail("kformer::parse_norm", "unknown normalization '", name,
-       "' (expected batchnorm or layernorm)");
+struct NormKind {
+  NormType type;
+  const char* name;          // in configs and on the command line
+  const char* pytorch_name;  // the PyTorch class, accepted as a name too
+};
+inline constexpr std::array<NormKind, 2> kNormKinds = {{
+    {NormType::BatchNorm, "batchnorm", "BatchNorm"},
+    {NormType::LayerNorm, "layernorm", "LayerNorm"},
+}};
+
+// Alternatives in NormType order.
+template <class T, class ExecutionSpace>
+using NormVariant = std::variant<BatchNorm<T, ExecutionSpace>, LayerNorm<T, ExecutionSpace>>;
+
+// "batchnorm, layernorm, rmsnorm": the names a config may use.
+inline std::string norm_names() {
+  std::string names;
+  for (const auto& kind : kNormKinds)
+    names += (names.empty() ? "" : ", ") + std::string(kind.name);
+  return names;
 }
-inline const char* norm_name(NormType n) {
-  return n == NormType::BatchNorm ? "batchnorm" : "layernorm";
+inline NormType parse_norm(const std::string& name) {
+  for (const auto& kind : kNormKinds)
+    if (name == kind.name || name == kind.pytorch_name) return kind.type;
+  fail("kformer::parse_norm", "unknown normalization '", name, "' (expected ", norm_names(), ")");
+}
+inline const char* norm_name(NormType type) {
+  for (const auto& kind : kNormKinds)
+    if (kind.type == type) return kind.name;
+  return "unknown";
 }
 
+// A normalisation of (N, d) token matrices of the kind named at construction.
 template <class T, class ExecutionSpace>
 class Norm {
  public:
@@ -30,53 +62,53 @@ class Norm {
   using ConstMatrix = Tensor2<const T, memory_space>;
 
   Norm() = default;
-  Norm(const ExecutionSpace& exec, NormType type, int dim, const std::string& name) : type_(type) {
-    if (type == NormType::BatchNorm)
-      batch_ = BatchNorm<T, ExecutionSpace>(exec, dim, 1e-5, 0.1, name);
-    else
-      layer_ = LayerNorm<T, ExecutionSpace>(exec, dim, 1e-5, name);
-  }
+  Norm(const ExecutionSpace& exec, NormType type, int dim, const std::string& name)
+      : norm_(make(exec, type, dim, name)) {}
 
-  NormType type() const { return type_; }
-  BatchNorm<T, ExecutionSpace>& batch_norm() { return batch_; }
-  LayerNorm<T, ExecutionSpace>& layer_norm() { return layer_; }
+  NormType type() const { return static_cast<NormType>(norm_.index()); }
+  // The layer itself, for a caller that knows its kind (BatchNorm's running statistics).
+  template <class Layer>
+  Layer* get() {
+    return std::get_if<Layer>(&norm_);
+  }
 
   template <class F>
   void visit_parameters(F&& f) {
-    if (type_ == NormType::BatchNorm)
-      batch_.visit_parameters(f);
-    else
-      layer_.visit_parameters(f);
+    std::visit([&](auto& n) { n.visit_parameters(f); }, norm_);
   }
   template <class F>
   void visit_buffers(F&& f) {
-    if (type_ == NormType::BatchNorm) batch_.visit_buffers(f);
+    std::visit([&](auto& n) { n.visit_buffers(f); }, norm_);
   }
   void zero_grad(const ExecutionSpace& exec) {
-    if (type_ == NormType::BatchNorm)
-      batch_.zero_grad(exec);
-    else
-      layer_.zero_grad(exec);
+    std::visit([&](auto& n) { n.zero_grad(exec); }, norm_);
+  }
+  std::int64_t buffer_bytes() const {
+    return std::visit([](const auto& n) { return n.buffer_bytes(); }, norm_);
   }
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
                const Matrix& y) {
-    if (type_ == NormType::BatchNorm)
-      batch_.forward(exec, ctx, x, y);
-    else
-      layer_.forward(exec, ctx, x, y);
+    std::visit([&](auto& n) { n.forward(exec, ctx, x, y); }, norm_);
   }
-  void backward(const ExecutionSpace& exec, const ConstMatrix& x, const ConstMatrix& dy,
-                const Matrix& dx, bool accumulate_dx = false) {
-    if (type_ == NormType::BatchNorm)
-      batch_.backward(exec, x, dy, dx, accumulate_dx);
-    else
-      layer_.backward(exec, x, dy, dx, accumulate_dx);
+  void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
+                const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
+    std::visit([&](auto& n) { n.backward(exec, ctx, x, dy, dx, dx_mode); }, norm_);
   }
 
  private:
-  NormType type_ = NormType::BatchNorm;
-  BatchNorm<T, ExecutionSpace> batch_;
-  LayerNorm<T, ExecutionSpace> layer_;
+  // The kind's layer with its defaults (eps 1e-5, BatchNorm's momentum 0.1), as PyTorch's.
+  static NormVariant<T, ExecutionSpace> make(const ExecutionSpace& exec, NormType type, int dim,
+                                             const std::string& name) {
+    switch (type) {
+      case NormType::BatchNorm:
+        return BatchNorm<T, ExecutionSpace>(exec, dim, 1e-5, 0.1, name);
+      case NormType::LayerNorm:
+        return LayerNorm<T, ExecutionSpace>(exec, dim, 1e-5, name);
+    }
+    fail(name, "unknown normalization type ", static_cast<int>(type));
+  }
+
+  NormVariant<T, ExecutionSpace> norm_;
 };
 
 }  // namespace kformer

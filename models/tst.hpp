@@ -113,15 +113,19 @@ class TimeSeriesTransformer {
     else
       conv_projection_.emplace(exec, c.feat_dim, c.d_model, conv_options(),
                                "kformer::TST.project_inp");
-    if (c.pos_encoding == PositionalEncodingKind::Fixed)
-      fixed_pe_.emplace(c.d_model);
-    else if (c.pos_encoding == PositionalEncodingKind::Learnable) {
+    const double input_scale = std::sqrt(static_cast<double>(c.d_model));
+    if (c.pos_encoding == PositionalEncodingKind::Fixed) {
+      PositionalEncodingOptions o;
+      o.input_scale = input_scale;
+      fixed_pe_.emplace(exec, c.d_model, o);
+    } else if (c.pos_encoding == PositionalEncodingKind::Learnable) {
       LearnablePositionalEncodingOptions o;
       o.seed = derive_seed(seed, "pos_enc");
+      o.input_scale = input_scale;
       learnable_pe_.emplace(exec, c.max_len, c.d_model, o);
       learnable_pe_->pe().shape = {c.max_len, 1, c.d_model};  // TST's (max_len, 1, d_model)
     }
-    pos_dropout_ = Dropout<T, ExecutionSpace>(c.dropout, derive_seed(seed, "pos_enc.dropout"),
+    pos_dropout_ = Dropout<T, ExecutionSpace>(exec, c.dropout, derive_seed(seed, "pos_enc.dropout"),
                                               "kformer::TST.pos_enc.dropout");
     EncoderLayerOptions layer;
     layer.d_model = c.d_model;
@@ -134,7 +138,7 @@ class TimeSeriesTransformer {
     layer.seed = derive_seed(seed, "transformer_encoder");
     encoder_ = TransformerEncoder<T, ExecutionSpace>(exec, c.num_layers, layer,
                                                      "kformer::TST.transformer_encoder");
-    output_dropout_ = Dropout<T, ExecutionSpace>(c.dropout, derive_seed(seed, "dropout1"),
+    output_dropout_ = Dropout<T, ExecutionSpace>(exec, c.dropout, derive_seed(seed, "dropout1"),
                                                  "kformer::TST.dropout1");
     const int head_in = c.task == TstTask::Imputation ? c.d_model : c.d_model * c.max_len;
     output_layer_ = Linear<T, ExecutionSpace>(
@@ -190,10 +194,10 @@ class TimeSeriesTransformer {
     for (int i = 0; i < encoder_.num_layers(); ++i) {
       auto& layer = encoder_.layer(i);
       const std::string prefix = "transformer_encoder.layers." + std::to_string(i) + ".";
-      if (layer.norm1().type() == NormType::BatchNorm)
-        f(prefix + "norm1", layer.norm1().batch_norm());
-      if (layer.norm2().type() == NormType::BatchNorm)
-        f(prefix + "norm2", layer.norm2().batch_norm());
+      if (auto* bn = layer.norm1().template get<BatchNorm<T, ExecutionSpace>>())
+        f(prefix + "norm1", *bn);
+      if (auto* bn = layer.norm2().template get<BatchNorm<T, ExecutionSpace>>())
+        f(prefix + "norm2", *bn);
     }
   }
   void zero_grad(const ExecutionSpace& exec) { Kokkos::deep_copy(exec, parameters_.grads(), T(0)); }
@@ -215,25 +219,24 @@ class TimeSeriesTransformer {
     const auto kpm = padding_.view(batch, seq);
     impl::key_padding_mask_from_keep(exec, keep, kpm);
 
-    project(exec, x, h);
+    project(exec, ctx, x, h);
     check(exec, h, "project_inp", "forward");
-    const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
     if (fixed_pe_)
-      fixed_pe_->forward(exec, h, h, scale);
+      fixed_pe_->forward(exec, ctx, h, h);
     else if (learnable_pe_)
-      learnable_pe_->forward(exec, h, h, scale);
+      learnable_pe_->forward(exec, ctx, h, h);
     else
-      scale_copy(exec, scale, h, h);
+      scale_copy(exec, static_cast<T>(std::sqrt(static_cast<double>(d))), h, h);
     check(exec, h, "pos_enc", "forward");
     pos_dropout_.forward(exec, ctx, h, h);
     encoder_.forward(exec, ctx, h, z, kpm);
     activation_forward(exec, config_.activation, z, a);
     output_dropout_.forward(exec, ctx, a, a);
     if (config_.task == TstTask::Imputation) {
-      output_layer_.forward(exec, as_matrix(a), out);
+      output_layer_.forward(exec, ctx, as_matrix(a), out);
     } else {
       impl::zero_padded_steps(exec, keep, a);
-      output_layer_.forward(exec, Matrix(a.data(), batch, seq * d), out);
+      output_layer_.forward(exec, ctx, Matrix(a.data(), batch, seq * d), out);
     }
     check(exec, out, "output_layer", "forward");
   }
@@ -247,8 +250,8 @@ class TimeSeriesTransformer {
 
   // Parameter gradients of the last forward for d_out (accumulated into parameters().grads());
   // with freeze_encoder only the output layer's.
-  void backward(const ExecutionSpace& exec, const ConstTensor3& x, const KeepMask& keep,
-                const ConstMatrix& d_out, bool freeze_encoder = false) {
+  void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
+                const KeepMask& keep, const ConstMatrix& d_out, bool freeze_encoder = false) {
     const std::string where = "kformer::TimeSeriesTransformer::backward";
     const ProfilingRegion region(where);
     check_inputs(where, x, keep);
@@ -264,27 +267,29 @@ class TimeSeriesTransformer {
     const auto dh = d_input_.view(batch, seq, d);
     check(exec, d_out, "the loss gradient", "backward");
     if (config_.task == TstTask::Imputation) {
-      output_layer_.backward(exec, as_matrix(a), d_out, freeze_encoder ? Matrix() : as_matrix(da));
+      output_layer_.backward(exec, ctx, as_matrix(a), d_out,
+                             freeze_encoder ? Matrix() : as_matrix(da));
     } else {
-      output_layer_.backward(exec, Matrix(a.data(), batch, seq * d), d_out,
+      output_layer_.backward(exec, ctx, Matrix(a.data(), batch, seq * d), d_out,
                              freeze_encoder ? Matrix() : Matrix(da.data(), batch, seq * d));
       if (!freeze_encoder) impl::zero_padded_steps(exec, keep, da);
     }
     if (freeze_encoder) return check_parameter_gradients(exec);
     check(exec, da, "output_layer", "backward");
-    output_dropout_.backward(exec, da, da);
+    output_dropout_.backward(exec, ctx, a, da, da);
     activation_backward(exec, config_.activation, z, da, da);
-    encoder_.backward(exec, h, da, dh);
-    pos_dropout_.backward(exec, dh, dh);
-    const T scale = static_cast<T>(std::sqrt(static_cast<double>(d)));
+    encoder_.backward(exec, ctx, h, da, dh);
+    pos_dropout_.backward(exec, ctx, h, dh, dh);
     if (learnable_pe_)
-      learnable_pe_->backward(exec, dh, dh, scale);
+      learnable_pe_->backward(exec, ctx, h, dh, dh);
+    else if (fixed_pe_)
+      fixed_pe_->backward(exec, ctx, h, dh, dh);
     else
-      scale_copy(exec, scale, dh, dh);
+      scale_copy(exec, static_cast<T>(std::sqrt(static_cast<double>(d))), dh, dh);
     if (linear_projection_)
-      linear_projection_->backward(exec, as_matrix(x), as_matrix(dh), Matrix());
+      linear_projection_->backward(exec, ctx, as_matrix(x), as_matrix(dh), Matrix());
     else
-      conv_projection_->backward(exec, x, dh, Tensor3());
+      conv_projection_->backward(exec, ctx, x, dh, Tensor3());
     check_parameter_gradients(exec);
   }
 
@@ -345,11 +350,12 @@ class TimeSeriesTransformer {
     check_shape(where, "keep", keep, {std::int64_t(x.extent(0)), seq});
   }
 
-  void project(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& h) {
+  void project(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
+               const Tensor3& h) {
     if (linear_projection_)
-      linear_projection_->forward(exec, as_matrix(x), as_matrix(h));
+      linear_projection_->forward(exec, ctx, as_matrix(x), as_matrix(h));
     else
-      conv_projection_->forward(exec, x, h);
+      conv_projection_->forward(exec, ctx, x, h);
   }
 
   TstConfig config_;

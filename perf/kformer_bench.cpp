@@ -186,13 +186,13 @@ std::vector<Case> encoding_cases(const Space& space) {
     const auto io = tensors();
     const auto x = io.first, y = io.second;
     auto fixed = std::make_shared<kformer::PositionalEncoding<float, Space>>(dim);
-    return std::function<void()>([=]() { fixed->forward(space, x, y); });
+    return std::function<void()>([=]() { fixed->forward(space, {}, x, y); });
   }));
   cases.push_back(model_case("encoding.fixed.inplace", shape, 2 * tensor_bytes, [=]() {
     const auto io = tensors();
     const auto x = io.first, y = io.second;
     auto fixed = std::make_shared<kformer::PositionalEncoding<float, Space>>(dim);
-    return std::function<void()>([=]() { fixed->forward_inplace(space, y); });
+    return std::function<void()>([=]() { fixed->forward(space, {}, y, y); });
   }));
   cases.push_back(model_case("encoding.fixed.matrix", "(4096, 512) float", table_bytes, [=]() {
     // Into the caller's matrix: a fresh allocation would time the page faults of its first touch.
@@ -224,7 +224,7 @@ std::vector<Case> encoding_cases(const Space& space) {
         const auto x = io.first, y = io.second;
         auto learnable =
             std::make_shared<kformer::LearnablePositionalEncoding<float, Space>>(space, seq, dim);
-        return std::function<void()>([=]() { learnable->forward(space, x, y); });
+        return std::function<void()>([=]() { learnable->forward(space, {}, x, y); });
       }));
   cases.push_back(
       model_case("encoding.learnable.backward", shape, 2 * tensor_bytes + 2 * table_bytes, [=]() {
@@ -232,7 +232,7 @@ std::vector<Case> encoding_cases(const Space& space) {
         const auto x = io.first, y = io.second;
         auto learnable =
             std::make_shared<kformer::LearnablePositionalEncoding<float, Space>>(space, seq, dim);
-        return std::function<void()>([=]() { learnable->backward(space, x, y); });
+        return std::function<void()>([=]() { learnable->backward(space, {}, x, x, y); });
       }));
   cases.push_back(model_case(
       "encoding.value.add", shape, 2 * tensor_bytes + double(batch) * seq * sizeof(float), [=]() {
@@ -245,7 +245,7 @@ std::vector<Case> encoding_cases(const Space& space) {
         for (int i = 0; i < batch * seq; ++i)
           host_values(i / seq, i % seq) = 50.0f + 0.01f * float((i * 7919) % 95000);
         Kokkos::deep_copy(values, host_values);
-        return std::function<void()>([=]() { value->forward(space, values, x, y); });
+        return std::function<void()>([=]() { value->forward(space, {}, values, x, y); });
       }));
   return cases;
 }
@@ -268,9 +268,9 @@ std::vector<Case> linear_cases(const Space& space) {
       return [=]() {
         kformer::backends::set_reproducible_gemm(reproducible);
         if (backward)
-          linear->backward(space, x, dy, dx);
+          linear->backward(space, {}, x, dy, dx);
         else
-          linear->forward(space, x, y);
+          linear->forward(space, {}, x, y);
         kformer::backends::set_reproducible_gemm(false);
       };
     };
@@ -298,7 +298,7 @@ std::function<void()> layer_run(const Space& space, std::shared_ptr<Layer> layer
   auto step = std::make_shared<std::uint64_t>(0);
   return [=]() {
     layer->forward(space, kformer::RunContext{training, ++*step, training}, x, y);
-    if (training) layer->backward(space, x, dy, dx);
+    if (training) layer->backward(space, {}, x, dy, dx);
   };
 }
 
@@ -414,7 +414,7 @@ std::vector<Case> tst_cases(const Space& space) {
         if (!training) return;
         losses->cross_entropy(space, logits, labels, d_logits);
         model->zero_grad(space);
-        model->backward(space, x, keep, d_logits);
+        model->backward(space, {}, x, keep, d_logits);
         adam->step(space, model->parameters().values(), model->parameters().grads(), 1e-3);
       };
     };

@@ -62,7 +62,7 @@ std::vector<std::vector<double>> attention_pass(AttentionKernel kernel, int batc
     Kokkos::deep_copy(kpm, padding_mask<Space>(batch, seq, std::vector<int>(batch, 1)));
     Kokkos::deep_copy(attn_mask, T(0.5));
   }
-  mha.backward(Space(), x, dy, dx);
+  mha.backward(Space(), {}, x, dy, dx);
   std::vector<std::vector<double>> out = {host_values(y)};
   if (keep_probabilities) out.push_back(host_values(mha.probabilities()));
   out.push_back(host_values(dx));
@@ -148,7 +148,7 @@ TEMPLATE_LIST_TEST_CASE("A query whose keys are all masked attends to nothing",
     // values; only the query projection path remains, and it is zero too because the query is
     // unused.
     const auto dy = device_from<double, Space>(random_values(batch * seq * d, 4), batch, seq, d);
-    mha.backward(Space(), x, dy, dx);
+    mha.backward(Space(), {}, x, dy, dx);
     const auto dxh = host_values(dx);
     for (double v : dxh)
       REQUIRE(std::isfinite(v));
@@ -233,12 +233,12 @@ TEMPLATE_LIST_TEST_CASE(
         CAPTURE(kernel_name(kernel), keep, grad);
         const AllocationCounter counter;
         mha.forward(Space(), RunContext{grad, 1, grad}, x, y);
-        if (grad) mha.backward(Space(), x, y, dx);
+        if (grad) mha.backward(Space(), {}, x, y, dx);
         Space().fence();
         CHECK((counter.allocated_bytes() >= square_bytes) == keep);
         CHECK((mha.saved_bytes(batch, seq) >= std::int64_t(square_bytes)) == keep);
         if (!grad) {
-          CHECK_THROWS_WITH(mha.backward(Space(), x, y, dx),
+          CHECK_THROWS_WITH(mha.backward(Space(), {}, x, y, dx),
                             ContainsText("kformer::MultiHeadAttention::backward") &&
                                 ContainsText("kept nothing for a backward"));
         }
@@ -269,7 +269,7 @@ TEMPLATE_LIST_TEST_CASE("Attention's peak memory grows linearly with the sequenc
       Tensor3<float, M> x("x", batch, seq, d), y("y", batch, seq, d), dx("dx", batch, seq, d);
       Kokkos::deep_copy(x, 0.5f);
       mha.forward(Space(), RunContext{train, 1, train}, x, y);
-      if (train) mha.backward(Space(), x, y, dx);
+      if (train) mha.backward(Space(), {}, x, y, dx);
       Space().fence();
     }
     return double(backends::MemoryTracker::peak() - before);

@@ -42,14 +42,14 @@ TEMPLATE_LIST_TEST_CASE("Linear gradients", "[layers][gradcheck]", backends::Ena
     const int n = 6;
     const auto fwd = [&](const std::vector<double>& x) {
       Tensor2<double, M> y("y", n, 4);
-      layer.forward(Space(), device_from<double, Space>(x, n, 5), y);
+      layer.forward(Space(), {}, device_from<double, Space>(x, n, 5), y);
       return host_values(y);
     };
     const auto bwd = [&](const std::vector<double>& x, const std::vector<double>& dy) {
       const auto xd = device_from<double, Space>(x, n, 5);
       Tensor2<double, M> y("y", n, 4), dx("dx", n, 5);
-      layer.forward(Space(), xd, y);
-      layer.backward(Space(), xd, device_from<double, Space>(dy, n, 4), dx);
+      layer.forward(Space(), {}, xd, y);
+      layer.backward(Space(), {}, xd, device_from<double, Space>(dy, n, 4), dx);
       return host_values(dx);
     };
     check_gradients(gradcheck<Space>(layer, random_values(n * 5, 1), fwd, bwd, 2));
@@ -80,14 +80,14 @@ TEMPLATE_LIST_TEST_CASE("Conv1dProjection gradients", "[layers][gradcheck]",
     REQUIRE(out > 0);
     const auto fwd = [&](const std::vector<double>& x) {
       Tensor3<double, M> y("y", batch, out, 4);
-      layer.forward(Space(), device_from<double, Space>(x, batch, seq, 3), y);
+      layer.forward(Space(), {}, device_from<double, Space>(x, batch, seq, 3), y);
       return host_values(y);
     };
     const auto bwd = [&](const std::vector<double>& x, const std::vector<double>& dy) {
       const auto xd = device_from<double, Space>(x, batch, seq, 3);
       Tensor3<double, M> y("y", batch, out, 4), dx("dx", batch, seq, 3);
-      layer.forward(Space(), xd, y);
-      layer.backward(Space(), xd, device_from<double, Space>(dy, batch, out, 4), dx);
+      layer.forward(Space(), {}, xd, y);
+      layer.backward(Space(), {}, xd, device_from<double, Space>(dy, batch, out, 4), dx);
       return host_values(dx);
     };
     check_gradients(gradcheck<Space>(layer, random_values(batch * seq * 3, 4), fwd, bwd, 5));
@@ -119,7 +119,7 @@ TEMPLATE_LIST_TEST_CASE("GELU, ReLU and Dropout gradients", "[layers][gradcheck]
     check_gradients(gradcheck<Space>(none, x0, fwd, bwd, 10));
   }
   // Dropout at a fixed step draws the same mask each time: a linear map, checked the same way.
-  Dropout<double, Space> dropout(0.3, 77);
+  Dropout<double, Space> dropout(Space(), 0.3, 77);
   const RunContext ctx{true, 5};
   const auto fwd = [&](const std::vector<double>& x) {
     Tensor1<double, M> y("y", x.size());
@@ -129,7 +129,7 @@ TEMPLATE_LIST_TEST_CASE("GELU, ReLU and Dropout gradients", "[layers][gradcheck]
   const auto bwd = [&](const std::vector<double>& x, const std::vector<double>& dy) {
     Tensor1<double, M> y("y", x.size()), dx("dx", x.size());
     dropout.forward(Space(), ctx, device_from<double, Space>(x, x.size()), y);
-    dropout.backward(Space(), device_from<double, Space>(dy, dy.size()), dx);
+    dropout.backward(Space(), ctx, dx, device_from<double, Space>(dy, dy.size()), dx);
     return host_values(dx);
   };
   check_gradients(gradcheck<Space>(none, x0, fwd, bwd, 11));
@@ -152,7 +152,7 @@ TEMPLATE_LIST_TEST_CASE("LayerNorm and BatchNorm gradients", "[layers][gradcheck
       const auto xd = device_from<double, Space>(x, n, d);
       Tensor2<double, M> y("y", n, d), dx("dx", n, d);
       layer.forward(Space(), ctx, xd, y);
-      layer.backward(Space(), xd, device_from<double, Space>(dy, n, d), dx);
+      layer.backward(Space(), {}, xd, device_from<double, Space>(dy, n, d), dx);
       return host_values(dx);
     };
     // Non-trivial affine parameters.
@@ -221,7 +221,7 @@ TEMPLATE_LIST_TEST_CASE("MultiHeadAttention gradients with and without masks",
           const auto xd = device_from<double, Space>(x, batch, seq, d);
           Tensor3<double, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
           layer.forward(Space(), ctx, xd, y, kpm, mask);
-          layer.backward(Space(), xd, device_from<double, Space>(dy, batch, seq, d), dx);
+          layer.backward(Space(), {}, xd, device_from<double, Space>(dy, batch, seq, d), dx);
           return host_values(dx);
         };
         check_gradients(gradcheck<Space>(layer, x0, fwd, bwd, 35));
@@ -244,7 +244,7 @@ TEMPLATE_LIST_TEST_CASE("FeedForward gradients", "[layers][gradcheck]", backends
       const auto xd = device_from<double, Space>(x, n, d);
       Tensor2<double, M> y("y", n, d), dx("dx", n, d);
       layer.forward(Space(), ctx, xd, y);
-      layer.backward(Space(), xd, device_from<double, Space>(dy, n, d), dx);
+      layer.backward(Space(), {}, xd, device_from<double, Space>(dy, n, d), dx);
       return host_values(dx);
     };
     check_gradients(gradcheck<Space>(layer, random_values(n * d, 41), fwd, bwd, 42));
@@ -279,7 +279,7 @@ TEMPLATE_LIST_TEST_CASE("TransformerEncoderLayer gradients: both norms, post- an
         const auto xd = device_from<double, Space>(x, batch, seq, d);
         Tensor3<double, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
         layer.forward(Space(), ctx, xd, y, kpm);
-        layer.backward(Space(), xd, device_from<double, Space>(dy, batch, seq, d), dx);
+        layer.backward(Space(), {}, xd, device_from<double, Space>(dy, batch, seq, d), dx);
         return host_values(dx);
       };
       check_gradients(gradcheck<Space>(layer, random_values(batch * seq * d, 51), fwd, bwd, 52));
@@ -310,7 +310,7 @@ TEMPLATE_LIST_TEST_CASE("A 2-layer encoder stack with a padding mask: gradients"
     const auto xd = device_from<double, Space>(x, batch, seq, d);
     Tensor3<double, M> y("y", batch, seq, d), dx("dx", batch, seq, d);
     encoder.forward(Space(), ctx, xd, y, kpm);
-    encoder.backward(Space(), xd, device_from<double, Space>(dy, batch, seq, d), dx);
+    encoder.backward(Space(), {}, xd, device_from<double, Space>(dy, batch, seq, d), dx);
     return host_values(dx);
   };
   check_gradients(gradcheck<Space>(encoder, random_values(batch * seq * d, 61), fwd, bwd, 62));

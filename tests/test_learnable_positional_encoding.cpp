@@ -90,7 +90,7 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding forward adds pe[:seq]",
     const auto x_values = random_values(batch * seq * dim, seq);
     const auto x = device_from<double, Space>(x_values, batch, seq, dim);
     Tensor3<double, M> y("y", batch, seq, dim);
-    layer.forward(Space(), x, y);
+    layer.forward(Space(), {}, x, y);
     std::vector<double> expected(x_values.size());
     for (int b = 0; b < batch; ++b)
       for (int p = 0; p < seq; ++p)
@@ -98,7 +98,7 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding forward adds pe[:seq]",
           expected[(b * seq + p) * dim + j] =
               x_values[(b * seq + p) * dim + j] + table[p * dim + j];
     CHECK(max_abs_diff(host_values(y), expected) == 0.0);
-    layer.forward(Space(), x, x);  // in place
+    layer.forward(Space(), {}, x, x);  // in place
     CHECK(max_abs_diff(host_values(x), expected) == 0.0);
   }
 }
@@ -117,6 +117,7 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding gradients match finite diff
       LearnablePositionalEncodingOptions opt;
       opt.length_policy = policy;
       opt.seed = 3;
+      opt.input_scale = scale;
       LearnablePositionalEncoding<double, Space> layer(Space(), max_len, dim, opt);
       const int out = layer.output_length(seq);
       const auto x0 = random_values(batch * seq * dim, 31);
@@ -126,7 +127,7 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding gradients match finite diff
       const auto loss = [&](const std::vector<double>& x, const std::vector<double>& table) {
         set_table(layer, table);
         Tensor3<double, M> y("y", batch, out, dim);
-        layer.forward(Space(), device_from<double, Space>(x, batch, seq, dim), y, scale);
+        layer.forward(Space(), {}, device_from<double, Space>(x, batch, seq, dim), y);
         return dot(host_values(y), weights);
       };
       const auto dx_numeric = numeric_gradient([&](const auto& x) { return loss(x, table0); }, x0);
@@ -136,12 +137,12 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding gradients match finite diff
       layer.zero_grad(Space());
       Tensor3<double, M> dx("dx", batch, seq, dim);
       Kokkos::deep_copy(dx, 7.0);  // every element must be written (the truncated steps too)
-      layer.backward(Space(), device_from<double, Space>(weights, batch, out, dim), dx, scale);
+      layer.backward(Space(), {}, dx, device_from<double, Space>(weights, batch, out, dim), dx);
       CHECK(max_rel_diff(host_values(dx), dx_numeric) <= 1e-6);
       CHECK(max_rel_diff(host_values(layer.pe().grad), dpe_numeric) <= 1e-6);
 
       // Gradients accumulate across calls until zero_grad.
-      layer.backward(Space(), device_from<double, Space>(weights, batch, out, dim), dx, scale);
+      layer.backward(Space(), {}, dx, device_from<double, Space>(weights, batch, out, dim), dx);
       auto twice = dpe_numeric;
       for (auto& g : twice)
         g *= 2;
@@ -165,7 +166,7 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding length policies", "[encodin
     const LearnablePositionalEncoding<double, Space> layer(Space(), max_len, dim);
     Tensor3<double, M> y("y", batch, seq, dim);
     Kokkos::deep_copy(y, 7.0);
-    CHECK_THROWS_WITH(layer.forward(Space(), x, y),
+    CHECK_THROWS_WITH(layer.forward(Space(), {}, x, y),
                       ContainsText("kformer::LearnablePositionalEncoding::forward") &&
                           ContainsText("sequence length 13 exceeds max_len 8"));
     for (double v : host_values(y))
@@ -178,7 +179,7 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding length policies", "[encodin
     REQUIRE(layer.output_length(seq) == max_len);
     REQUIRE(layer.output_length(5) == 5);
     Tensor3<double, M> y("y", batch, max_len, dim);
-    layer.forward(Space(), x, y);
+    layer.forward(Space(), {}, x, y);
     const auto table = host_values(layer.pe().value);
     std::vector<double> expected;
     for (int b = 0; b < batch; ++b)
@@ -187,7 +188,7 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding length policies", "[encodin
           expected.push_back(x_values[(b * seq + p) * dim + j] + table[p * dim + j]);
     CHECK(max_abs_diff(host_values(y), expected) == 0.0);
     Tensor3<double, M> y_full("y_full", batch, seq, dim);
-    CHECK_THROWS_WITH(layer.forward(Space(), x, y_full),
+    CHECK_THROWS_WITH(layer.forward(Space(), {}, x, y_full),
                       ContainsText("y has shape (2, 13, 4), expected (2, 8, 4)"));
   }
   SECTION("interpolate resamples the table linearly") {
@@ -195,7 +196,7 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding length policies", "[encodin
     opt.length_policy = LengthPolicy::Interpolate;
     const LearnablePositionalEncoding<double, Space> layer(Space(), max_len, dim, opt);
     Tensor3<double, M> y("y", batch, seq, dim);
-    layer.forward(Space(), x, y);
+    layer.forward(Space(), {}, x, y);
     const auto table = host_values(layer.pe().value);
     std::vector<double> expected;
     for (int b = 0; b < batch; ++b)
@@ -224,10 +225,10 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding rejects bad arguments",
                     ContainsText("dim must be at least 1, got 0"));
   LearnablePositionalEncoding<float, Space> layer(Space(), 16, 4);
   Tensor3<float, M> x("x", 2, 5, 3), y("y", 2, 5, 4), dx("dx", 2, 5, 4), dy_bad("dy", 2, 6, 4);
-  CHECK_THROWS_WITH(layer.forward(Space(), x, y),
+  CHECK_THROWS_WITH(layer.forward(Space(), {}, x, y),
                     ContainsText("x has shape (2, 5, 3), expected (*, *, 4)"));
   Kokkos::deep_copy(layer.pe().grad, 1.0f);
-  CHECK_THROWS_WITH(layer.backward(Space(), dy_bad, dx),
+  CHECK_THROWS_WITH(layer.backward(Space(), {}, dx, dy_bad, dx),
                     ContainsText("kformer::LearnablePositionalEncoding::backward") &&
                         ContainsText("dy has shape (2, 6, 4), expected (2, 5, 4)"));
   for (double g : host_values(layer.pe().grad))
@@ -245,8 +246,8 @@ TEST_CASE("LearnablePositionalEncoding gives the same bits on every backend",
     LearnablePositionalEncoding<float, Space> layer(space, max_len, dim);
     auto x = device_from<float, Space>(x_values, batch, seq, dim);
     auto dy = device_from<float, Space>(dy_values, batch, seq, dim);
-    layer.forward(space, x, x);
-    layer.backward(space, dy, dy);
+    layer.forward(space, {}, x, x);
+    layer.backward(space, {}, x, dy, dy);
     ys.push_back(host_values(x));
     grads.push_back(host_values(layer.pe().grad));
     check_matches_first_backend<Space>(ys.back(), ys.front());
@@ -260,13 +261,13 @@ TEMPLATE_LIST_TEST_CASE("LearnablePositionalEncoding allocates nothing in steady
   using M = MemorySpaceOf<Space>;
   LearnablePositionalEncoding<float, Space> layer(Space(), 512, 32);
   Tensor3<float, M> x("x", 4, 200, 32), y("y", 4, 200, 32), dx("dx", 4, 200, 32);
-  layer.forward(Space(), x, y);
-  layer.backward(Space(), y, dx);
+  layer.forward(Space(), {}, x, y);
+  layer.backward(Space(), {}, x, y, dx);
   Space().fence();
   const AllocationCounter counter;
   for (int i = 0; i < 3; ++i) {
-    layer.forward(Space(), x, y);
-    layer.backward(Space(), y, dx);
+    layer.forward(Space(), {}, x, y);
+    layer.backward(Space(), {}, x, y, dx);
     layer.zero_grad(Space());
   }
   Space().fence();

@@ -150,7 +150,7 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding adds the same rows to every batch el
   const auto x_values = random_values(batch * seq * dim, 7);
   const auto x = device_from<float, Space>(x_values, batch, seq, dim);
   Tensor3<float, M> y("y", batch, seq, dim);
-  layer.forward(Space(), x, y);
+  layer.forward(Space(), {}, x, y);
   REQUIRE(y.extent(0) == std::size_t(batch));
   REQUIRE(y.extent(1) == std::size_t(seq));
   REQUIRE(y.extent(2) == std::size_t(dim));
@@ -167,12 +167,12 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding adds the same rows to every batch el
   CHECK(mismatches == 0);
 
   // In place gives the same bits; a single (seq, dim) sequence is batch element 0.
-  layer.forward_inplace(Space(), x);
+  layer.forward(Space(), {}, x, x);
   CHECK(bitwise_equal(host_values(x), yh));
   const auto x2 = device_from<float, Space>(
       std::vector<double>(x_values.begin(), x_values.begin() + seq * dim), seq, dim);
   Tensor2<float, M> y2("y2", seq, dim);
-  layer.forward(Space(), x2, y2);
+  layer.forward(Space(), {}, x2, y2);
   CHECK(bitwise_equal(host_values(y2), std::vector<double>(yh.begin(), yh.begin() + seq * dim)));
 }
 
@@ -184,15 +184,15 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding reads the sequence length at every c
   const ReferenceSinusoid ref{6};
   for (int seq : {1, 3, 31, 32, 33, 100, 257}) {
     Tensor3<double, M> x("x", 2, seq, 6);
-    layer.forward_inplace(Space(), x);
+    layer.forward(Space(), {}, x, x);
     auto expected = ref.matrix(seq);
     expected.insert(expected.end(), expected.begin(), expected.end());
     CHECK(max_abs_diff(host_values(x), expected) <= 1e-12);
   }
   // Empty batches and sequences are fine and write nothing.
   Tensor3<double, M> empty("empty", 0, 5, 6), no_steps("no_steps", 3, 0, 6);
-  layer.forward_inplace(Space(), empty);
-  layer.forward_inplace(Space(), no_steps);
+  layer.forward(Space(), {}, empty, empty);
+  layer.forward(Space(), {}, no_steps, no_steps);
 }
 
 TEMPLATE_LIST_TEST_CASE("PositionalEncoding has the identity as its Jacobian", "[encoding][fixed]",
@@ -210,8 +210,8 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding has the identity as its Jacobian", "
     xp[j] += h;
     xm[j] -= h;
     Tensor3<double, M> yp("yp", batch, seq, dim), ym("ym", batch, seq, dim);
-    layer.forward(Space(), device_from<double, Space>(xp, batch, seq, dim), yp);
-    layer.forward(Space(), device_from<double, Space>(xm, batch, seq, dim), ym);
+    layer.forward(Space(), {}, device_from<double, Space>(xp, batch, seq, dim), yp);
+    layer.forward(Space(), {}, device_from<double, Space>(xm, batch, seq, dim), ym);
     const auto a = host_values(yp), b = host_values(ym);
     for (int i = 0; i < n; ++i)
       worst = std::max(worst, std::abs((a[i] - b[i]) / (2 * h) - (i == j)));
@@ -221,9 +221,9 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding has the identity as its Jacobian", "
   const auto dy_values = random_values(n, 12);
   const auto dy = device_from<double, Space>(dy_values, batch, seq, dim);
   Tensor3<double, M> dx("dx", batch, seq, dim);
-  layer.backward(Space(), dy, dx);
+  layer.backward(Space(), {}, dx, dy, dx);
   CHECK(bitwise_equal(host_values(dx), dy_values));
-  layer.backward(Space(), dy, dy);  // in place: nothing to do
+  layer.backward(Space(), {}, dx, dy, dy);  // in place: nothing to do
   CHECK(bitwise_equal(host_values(dy), dy_values));
 }
 
@@ -245,7 +245,7 @@ TEMPLATE_LIST_TEST_CASE(
   // S = X X^T, with or without the encoding added first.
   const auto similarity = [&](const std::vector<double>& x_values, bool encode) {
     auto x = device_from<double, Space>(x_values, seq, dim);
-    if (encode) layer.forward_inplace(Space(), x);
+    if (encode) layer.forward(Space(), {}, x, x);
     Tensor2<double, M> s("s", seq, seq);
     backends::gemm(Space(), backends::Op::N, backends::Op::T, 1.0, x, x, 0.0, s);
     return host_values(s);
@@ -271,7 +271,7 @@ TEST_CASE("PositionalEncoding gives the same bits on every backend",
     using Space = decltype(space);
     const PositionalEncoding<float, Space> layer(dim);
     auto x = device_from<float, Space>(x_values, batch, seq, dim);
-    layer.forward_inplace(space, x);
+    layer.forward(space, {}, x, x);
     results.push_back(host_values(x));
     CAPTURE(backends::space_name<Space>());
     check_matches_first_backend<Space>(results.back(), results.front());
@@ -285,11 +285,11 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding rejects bad shapes and leaves the ou
   const PositionalEncoding<float, Space> layer(8);
   Tensor3<float, M> x("x", 2, 5, 7), y("y", 2, 5, 8), y_bad("y_bad", 2, 4, 8);
   Kokkos::deep_copy(y, 42.0f);
-  CHECK_THROWS_WITH(layer.forward(Space(), x, y),
+  CHECK_THROWS_WITH(layer.forward(Space(), {}, x, y),
                     ContainsText("kformer::PositionalEncoding::forward") &&
                         ContainsText("x has shape (2, 5, 7), expected (*, *, 8)"));
   Tensor3<float, M> x_ok("x_ok", 2, 5, 8);
-  CHECK_THROWS_WITH(layer.forward(Space(), x_ok, y_bad),
+  CHECK_THROWS_WITH(layer.forward(Space(), {}, x_ok, y_bad),
                     ContainsText("y has shape (2, 4, 8), expected (2, 5, 8)"));
   for (double v : host_values(y))
     REQUIRE(v == 42.0);
@@ -306,14 +306,14 @@ TEMPLATE_LIST_TEST_CASE("PositionalEncoding allocates nothing in steady state",
   using M = MemorySpaceOf<Space>;
   const PositionalEncoding<float, Space> layer(64);
   Tensor3<float, M> x("x", 4, 300, 64), y("y", 4, 300, 64);
-  layer.forward(Space(), x, y);  // warm-up: first use of team scratch may size its pool
-  layer.backward(Space(), y, x);
+  layer.forward(Space(), {}, x, y);  // warm-up: first use of team scratch may size its pool
+  layer.backward(Space(), {}, x, y, x);
   Space().fence();
   const AllocationCounter counter;
   for (int i = 0; i < 3; ++i) {
-    layer.forward(Space(), x, y);
-    layer.forward_inplace(Space(), y);
-    layer.backward(Space(), y, x);
+    layer.forward(Space(), {}, x, y);
+    layer.forward(Space(), {}, y, y);
+    layer.backward(Space(), {}, x, y, x);
   }
   Space().fence();
   CHECK(counter.allocations() == 0);
@@ -325,17 +325,25 @@ TEMPLATE_LIST_TEST_CASE(
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
   const int batch = 2, seq = 9, dim = 6;
-  const PositionalEncoding<double, Space> layer(dim);
+  PositionalEncodingOptions options;
+  options.input_scale = 8.0;
+  const PositionalEncoding<double, Space> layer(dim, options);
   const auto x_values = random_values(batch * seq * dim, 3);
   Tensor3<double, M> y("y", batch, seq, dim), dx("dx", batch, seq, dim);
-  layer.forward(Space(), device_from<double, Space>(x_values, batch, seq, dim), y, 8.0);
+  const auto x = device_from<double, Space>(x_values, batch, seq, dim);
+  layer.forward(Space(), {}, x, y);
   const auto pe = ReferenceSinusoid{dim}.matrix(seq);
   std::vector<double> expected(x_values.size());
   for (std::size_t i = 0; i < expected.size(); ++i)
     expected[i] = 8.0 * x_values[i] + pe[i % (seq * dim)];
   CHECK(max_abs_diff(host_values(y), expected) <= 1e-12);
-  layer.backward(Space(), device_from<double, Space>(x_values, batch, seq, dim), dx, 8.0);
+  layer.backward(Space(), {}, x, x, dx);  // dy = x values
   const auto dxh = host_values(dx);
   for (std::size_t i = 0; i < dxh.size(); ++i)
     REQUIRE(dxh[i] == 8.0 * x_values[i]);
+  // WriteMode::Add adds the scaled gradient to what dx holds.
+  layer.backward(Space(), {}, x, x, dx, WriteMode::Add);
+  const auto dx2 = host_values(dx);
+  for (std::size_t i = 0; i < dx2.size(); ++i)
+    REQUIRE(dx2[i] == 16.0 * x_values[i]);
 }

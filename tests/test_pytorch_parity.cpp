@@ -93,12 +93,12 @@ TEMPLATE_LIST_TEST_CASE("PyTorch parity: Linear", "[parity]", backends::EnabledS
       "linear", layer, "",
       [&](const GoldenTensor& x) {
         Tensor2<float, M> y("y", n, 7);
-        layer.forward(Space(), device_from<float, Space>(x.values, n, 5), y);
+        layer.forward(Space(), {}, device_from<float, Space>(x.values, n, 5), y);
         return host_values(y);
       },
       [&](const GoldenTensor& x, const GoldenTensor& dy) {
         Tensor2<float, M> dx("dx", n, 5);
-        layer.backward(Space(), device_from<float, Space>(x.values, n, 5),
+        layer.backward(Space(), {}, device_from<float, Space>(x.values, n, 5),
                        device_from<float, Space>(dy.values, n, 7), dx);
         return host_values(dx);
       });
@@ -121,12 +121,12 @@ TEMPLATE_LIST_TEST_CASE("PyTorch parity: Conv1d projection", "[parity]", backend
         c, layer, "conv.",
         [&](const GoldenTensor& x) {
           Tensor3<float, M> y("y", batch, out, 6);
-          layer.forward(Space(), device_from<float, Space>(x.values, batch, seq, 4), y);
+          layer.forward(Space(), {}, device_from<float, Space>(x.values, batch, seq, 4), y);
           return host_values(y);
         },
         [&](const GoldenTensor& x, const GoldenTensor& dy) {
           Tensor3<float, M> dx("dx", batch, seq, 4);
-          layer.backward(Space(), device_from<float, Space>(x.values, batch, seq, 4),
+          layer.backward(Space(), {}, device_from<float, Space>(x.values, batch, seq, 4),
                          device_from<float, Space>(dy.values, batch, out, 6), dx);
           return host_values(dx);
         });
@@ -169,7 +169,7 @@ TEMPLATE_LIST_TEST_CASE("PyTorch parity: LayerNorm and BatchNorm (training and e
   const auto backward_of = [&](auto& layer) {
     return [&layer](const GoldenTensor& x, const GoldenTensor& dy) {
       Tensor2<float, M> dx("dx", n, d);
-      layer.backward(Space(), device_from<float, Space>(x.values, n, d),
+      layer.backward(Space(), {}, device_from<float, Space>(x.values, n, d),
                      device_from<float, Space>(dy.values, n, d), dx);
       return host_values(dx);
     };
@@ -224,7 +224,7 @@ TEMPLATE_LIST_TEST_CASE("PyTorch parity: MultiHeadAttention with and without mas
         },
         [&](const GoldenTensor& x, const GoldenTensor& dy) {
           Tensor3<float, M> dx("dx", batch, seq, d);
-          layer.backward(Space(), device_from<float, Space>(x.values, batch, seq, d),
+          layer.backward(Space(), {}, device_from<float, Space>(x.values, batch, seq, d),
                          device_from<float, Space>(dy.values, batch, seq, d), dx);
           return host_values(dx);
         });
@@ -261,7 +261,7 @@ TEMPLATE_LIST_TEST_CASE(
     };
     const auto run_backward = [&](const GoldenTensor& x, const GoldenTensor& dy) {
       Tensor3<float, M> dx("dx", batch, seq, d);
-      encoder.backward(Space(), device_from<float, Space>(x.values, batch, seq, d),
+      encoder.backward(Space(), {}, device_from<float, Space>(x.values, batch, seq, d),
                        device_from<float, Space>(dy.values, batch, seq, d), dx);
       return host_values(dx);
     };

@@ -138,8 +138,10 @@ TEMPLATE_LIST_TEST_CASE("encodings write large outputs correctly", "[encoding][s
     v = static_cast<float>(v);
 
   SECTION("fixed positional encoding, y = 2 x + PE") {
-    const PositionalEncoding<float, Space> pe(kDim);
-    pe.forward(Space(), x, y, 2.0f);
+    PositionalEncodingOptions options;
+    options.input_scale = 2.0;
+    const PositionalEncoding<float, Space> pe(kDim, options);
+    pe.forward(Space(), {}, x, y);
     const auto table = ReferenceSinusoid{kDim}.matrix(kSeq);
     std::vector<double> expected(n);
     for (std::size_t i = 0; i < n; ++i)
@@ -148,9 +150,11 @@ TEMPLATE_LIST_TEST_CASE("encodings write large outputs correctly", "[encoding][s
   }
 
   SECTION("learnable positional encoding, forward and backward") {
-    LearnablePositionalEncoding<float, Space> layer(Space(), kSeq, kDim);
+    LearnablePositionalEncodingOptions options;
+    options.input_scale = 2.0;
+    LearnablePositionalEncoding<float, Space> layer(Space(), kSeq, kDim, options);
     const auto table = host_values(layer.pe().value);
-    layer.forward(Space(), x, y, 2.0f);
+    layer.forward(Space(), {}, x, y);
     std::vector<double> expected(n);
     for (std::size_t i = 0; i < n; ++i)
       expected[i] = 2 * xf[i] + table[i % table.size()];
@@ -158,9 +162,9 @@ TEMPLATE_LIST_TEST_CASE("encodings write large outputs correctly", "[encoding][s
 
     layer.zero_grad(Space());
     Kokkos::deep_copy(y, 7.0f);  // dx: every element must be written
-    layer.backward(Space(), x, y, 3.0f);
+    layer.backward(Space(), {}, x, x, y);
     for (std::size_t i = 0; i < n; ++i)
-      expected[i] = 3 * xf[i];
+      expected[i] = 2 * xf[i];
     CHECK(max_abs_diff(host_values(y), expected) <= 5e-7);
     std::vector<double> grad(table.size(), 0.0);
     for (std::size_t i = 0; i < n; ++i)
@@ -170,9 +174,9 @@ TEMPLATE_LIST_TEST_CASE("encodings write large outputs correctly", "[encoding][s
     // In place: dx is dy itself, scaled.
     layer.zero_grad(Space());
     Kokkos::deep_copy(y, x);
-    layer.backward(Space(), y, y, 0.5f);
+    layer.backward(Space(), {}, x, y, y);
     for (std::size_t i = 0; i < n; ++i)
-      expected[i] = 0.5 * xf[i];
+      expected[i] = 2 * xf[i];
     CHECK(max_abs_diff(host_values(y), expected) <= 5e-7);
     CHECK(max_abs_diff(host_values(layer.pe().grad), grad) <= 1e-6);
   }
@@ -181,7 +185,7 @@ TEMPLATE_LIST_TEST_CASE("encodings write large outputs correctly", "[encoding][s
     const ValueEncoding<float, Space> enc(Space(), kDim);
     auto values = random_values(std::size_t(kBatch) * kSeq, 42, 0.0, 1000.0);
     values[5] = 1e9;  // an angle past math::kSinCosLimit: the library's sin and cos
-    enc.forward(Space(), device_from<float, Space>(values, kBatch, kSeq), x, y);
+    enc.forward(Space(), {}, device_from<float, Space>(values, kBatch, kSeq), x, y);
     const ReferenceSinusoid ref{kDim};
     std::vector<double> expected(n);
     for (std::size_t i = 0; i < n; ++i)

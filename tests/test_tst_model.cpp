@@ -142,7 +142,7 @@ TEMPLATE_LIST_TEST_CASE("TST gradients match finite differences for every head a
       const auto xd = device_from<double, Space>(x, batch, seq, F);
       Tensor2<double, M> out("out", shape[0], shape[1]);
       model.forward(Space(), ctx, xd, keep, out);
-      model.backward(Space(), xd, keep, device_from<double, Space>(dy, shape[0], shape[1]));
+      model.backward(Space(), {}, xd, keep, device_from<double, Space>(dy, shape[0], shape[1]));
       return std::vector<double>();
     };
     check_gradients(
@@ -162,7 +162,7 @@ TEMPLATE_LIST_TEST_CASE("TST with a frozen encoder computes only the output laye
   Tensor2<float, M> out("out", batch, 3);
   model.zero_grad(Space());
   model.forward(Space(), RunContext{true, 0}, x, keep, out);
-  model.backward(Space(), x, keep, device_from<float, Space>(random_values(batch * 3, 2), batch, 3),
+  model.backward(Space(), {}, x, keep, device_from<float, Space>(random_values(batch * 3, 2), batch, 3),
                  true);
   const auto grads = host_values(model.parameters().grads());
   const std::int64_t tail = model.output_layer_offset();

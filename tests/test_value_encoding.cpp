@@ -112,7 +112,7 @@ TEMPLATE_LIST_TEST_CASE(
   const auto x = device_from<double, Space>(x_values, batch, seq, dim);
   Tensor3<double, M> y("y", batch, seq, dim), e("e", batch, seq, dim);
   const auto values = device_from<double, Space>(values0, batch, seq);
-  enc.forward(Space(), values, x, y);
+  enc.forward(Space(), {}, values, x, y);
   enc.encode(Space(), values, e);
   const auto yh = host_values(y), eh = host_values(e);
   for (std::size_t i = 0; i < yh.size(); ++i)
@@ -120,7 +120,7 @@ TEMPLATE_LIST_TEST_CASE(
 
   const auto loss = [&](const std::vector<double>& v) {
     Tensor3<double, M> out("out", batch, seq, dim);
-    enc.forward(Space(), device_from<double, Space>(v, batch, seq), x, out);
+    enc.forward(Space(), {}, device_from<double, Space>(v, batch, seq), x, out);
     return dot(host_values(out), weights);
   };
   const auto dv_numeric = numeric_gradient(loss, values0);
@@ -129,7 +129,7 @@ TEMPLATE_LIST_TEST_CASE(
   CHECK(max_rel_diff(host_values(dv), dv_numeric) <= 1e-6);
 
   Tensor3<double, M> dx("dx", batch, seq, dim);
-  enc.backward(Space(), device_from<double, Space>(weights, batch, seq, dim), dx);
+  enc.backward(Space(), {}, dx, device_from<double, Space>(weights, batch, seq, dim), dx);
   CHECK(bitwise_equal(host_values(dx), weights));
 }
 
@@ -146,7 +146,7 @@ TEMPLATE_LIST_TEST_CASE("ValueEncoding rejects non-finite values and bad shapes 
                     ContainsText("kformer::ValueEncoding::encode") &&
                         ContainsText("values[1, 2] = nan is not finite"));
   values[7] = std::numeric_limits<double>::infinity();
-  CHECK_THROWS_WITH(enc.forward(Space(), device_from<float, Space>(values, 2, 5), y, y),
+  CHECK_THROWS_WITH(enc.forward(Space(), {}, device_from<float, Space>(values, 2, 5), y, y),
                     ContainsText("values[1, 2] = inf"));
   for (double v : host_values(y))
     REQUIRE(v == 3.0);
@@ -181,11 +181,11 @@ TEMPLATE_LIST_TEST_CASE("ValueEncoding allocates nothing in steady state",
   Tensor2<float, M> values("values", 4, 100);
   Tensor3<float, M> x("x", 4, 100, 32), y("y", 4, 100, 32);
   Tensor2<float, M> dv("dv", 4, 100);
-  enc.forward(Space(), values, x, y);
+  enc.forward(Space(), {}, values, x, y);
   Space().fence();
   const AllocationCounter counter;
   for (int i = 0; i < 3; ++i) {
-    enc.forward(Space(), values, x, y);
+    enc.forward(Space(), {}, values, x, y);
     enc.encode(Space(), values, y);
     enc.backward_values(Space(), values, y, dv);
   }

@@ -418,7 +418,7 @@ class TstTrainer {
     const auto params = model_.parameters().values();
     const auto grads = model_.parameters().grads();
     if (options_.l2_reg > 0) loss += output_l2(exec);
-    model_.backward(exec, x, keep(n), d_out, options_.freeze_encoder);
+    model_.backward(exec, ctx, x, keep(n), d_out, options_.freeze_encoder);
     const std::int64_t first = options_.freeze_encoder ? model_.output_layer_offset() : 0;
     const auto range = std::make_pair(first, model_.parameters().size());
     const Tensor1<T, memory_space> p(params.data() + first, range.second - first);

@@ -16,8 +16,10 @@
 #include <Kokkos_Core.hpp>
 
 #include "../../core/error.hpp"
+#include "../../core/layer.hpp"
 #include "../../core/param.hpp"
 #include "../../core/random.hpp"
+#include "../../core/run_context.hpp"
 #include "../../core/tensor.hpp"
 #include "../elementwise.hpp"
 #include "impl/learnable_positional_encoding_kernels.hpp"
@@ -30,6 +32,7 @@ struct LearnablePositionalEncodingOptions {
   LengthPolicy length_policy = LengthPolicy::Error;
   double init_range = 0.02;  // pe ~ uniform(-init_range, init_range), as TST
   std::uint64_t seed = 0;
+  double input_scale = 1.0;  // y = input_scale * x + pe (TST scales by sqrt(d_model))
 };
 
 template <class T, class ExecutionSpace>
@@ -63,7 +66,10 @@ class LearnablePositionalEncoding {
   void visit_parameters(F&& f) {
     f(std::string("pe"), pe_);
   }
+  template <class F>
+  void visit_buffers(F&&) {}
   void zero_grad(const ExecutionSpace& exec) { Kokkos::deep_copy(exec, pe_.grad, T(0)); }
+  std::int64_t buffer_bytes() const { return 0; }
 
   // The number of steps the output has for an input of seq steps.
   int output_length(int seq) const {
@@ -73,8 +79,9 @@ class LearnablePositionalEncoding {
 
   // y = input_scale * x[:, :out] + pe[:out] (or the interpolated table).   x: (batch, seq, dim),
   // y: (batch, output_length(seq), dim); y may be x itself unless the sequence is truncated.
-  void forward(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& y,
-               T input_scale = T(1)) const {
+  void forward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
+               const Tensor3& y) const {
+    const T input_scale = static_cast<T>(options_.input_scale);
     const std::string where = "kformer::LearnablePositionalEncoding::forward";
     check_shape(where, "x", x, {-1, -1, dim_});
     const int seq = static_cast<int>(x.extent(1));
@@ -87,10 +94,12 @@ class LearnablePositionalEncoding {
       impl::learnable_pe_forward(exec, x, y, table(), input_scale);
   }
 
-  // dx = input_scale * dy (zero past a truncation) and pe.grad += sum over the batch.
-  //   dy: (batch, output_length(seq), dim), dx: (batch, seq, dim); dx may be dy itself.
-  void backward(const ExecutionSpace& exec, const ConstTensor3& dy, const Tensor3& dx,
-                T input_scale = T(1)) {
+  // dx = input_scale * dy (zero past a truncation; += with WriteMode::Add) and pe.grad += sum
+  // over the batch.   x: the forward's input (not read); dy: (batch, output_length(seq), dim),
+  // dx: (batch, seq, dim); dx may be dy itself.
+  void backward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3&,
+                const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
+    const T input_scale = static_cast<T>(options_.input_scale);
     const std::string where = "kformer::LearnablePositionalEncoding::backward";
     check_shape(where, "dx", dx, {-1, -1, dim_});
     const int seq = static_cast<int>(dx.extent(1));
@@ -100,9 +109,17 @@ class LearnablePositionalEncoding {
     const auto grad = matrix_of(pe_.grad, max_len_, dim_);
     if (interpolating(seq)) {
       impl::learnable_pe_backward_interpolated(exec, dy, grad, seq);
-      scale_copy(exec, input_scale, dy, dx);
-    } else {
+      write_scaled(exec, dx_mode, input_scale, dy, dx);
+    } else if (dx_mode == WriteMode::Assign || dy.extent(1) != dx.extent(1)) {
+      if (dx_mode == WriteMode::Add)
+        fail(where, "WriteMode::Add is not supported with a truncated sequence");
       impl::learnable_pe_backward(exec, dy, dx, grad, input_scale);
+    } else {
+      // With dx = dy and scale 1 the kernel writes nothing but the table's gradient.
+      impl::learnable_pe_backward(
+          exec, dy, Tensor3(const_cast<T*>(dy.data()), dy.extent(0), dy.extent(1), dy.extent(2)),
+          grad, T(1));
+      write_scaled(exec, dx_mode, input_scale, dy, dx);
     }
   }
 

@@ -14,6 +14,8 @@
 #include <Kokkos_Core.hpp>
 
 #include "../../core/error.hpp"
+#include "../../core/layer.hpp"
+#include "../../core/run_context.hpp"
 #include "../../core/tensor.hpp"
 #include "../elementwise.hpp"
 #include "impl/positional_encoding_kernels.hpp"
@@ -27,6 +29,9 @@ struct PositionalEncodingOptions {
   // Position of the first row. GeometricMachineLearning counts from 1 and subtracts 1, which is
   // the default 0; a streaming caller continuing a sequence passes the number of steps seen.
   std::int64_t first_position = 0;
+  // The layer computes y = input_scale * x + PE (TST scales its projected input by sqrt(d_model)
+  // before adding the encoding); the matrix functions ignore it.
+  double input_scale = 1.0;
 };
 
 // Writes the encoding matrix into pe: (seq_length, dim), in exec's memory space. A caller that
@@ -74,39 +79,46 @@ class PositionalEncoding {
   explicit PositionalEncoding(int dim, const PositionalEncodingOptions& options = {})
       : sinusoid_("kformer::PositionalEncoding", dim, {options.layout, options.base}),
         options_(options) {}
+  PositionalEncoding(const ExecutionSpace&, int dim, const PositionalEncodingOptions& options = {})
+      : PositionalEncoding(dim, options) {}
 
   int dim() const { return sinusoid_.dim; }
   const PositionalEncodingOptions& options() const { return options_; }
+  template <class F>
+  void visit_parameters(F&&) {}
+  template <class F>
+  void visit_buffers(F&&) {}
+  void zero_grad(const ExecutionSpace&) {}
+  std::int64_t buffer_bytes() const { return 0; }
 
   // y = input_scale * x + PE[:seq].   x, y: (batch, seq, dim); y may be x itself.
-  void forward(const ExecutionSpace& exec, const ConstTensor3& x, const Tensor3& y,
-               T input_scale = T(1)) const {
+  void forward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
+               const Tensor3& y) const {
     const std::string where = "kformer::PositionalEncoding::forward";
     check_shape(where, "x", x, {-1, -1, dim()});
     check_shape(where, "y", y, extents_of(x));
     impl::PositionalEncodingFunctor<T, ExecutionSpace, true>::launch(
-        "kformer::positional_encoding::add", exec, x, y, sinusoid_, first_position(), input_scale);
+        "kformer::positional_encoding::add", exec, x, y, sinusoid_, first_position(),
+        static_cast<T>(options_.input_scale));
   }
-  // x += PE[:seq].   x: (batch, seq, dim)
-  void forward_inplace(const ExecutionSpace& exec, const Tensor3& x) const { forward(exec, x, x); }
-
   // A single (seq, dim) sequence, as a batch of one.
-  void forward(const ExecutionSpace& exec, const ConstTensor2& x, const Tensor2& y) const {
+  void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor2& x,
+               const Tensor2& y) const {
     const std::string where = "kformer::PositionalEncoding::forward";
     check_shape(where, "x", x, {-1, dim()});
     check_shape(where, "y", y, extents_of(x));
-    forward(exec, ConstTensor3(x.data(), 1, x.extent(0), x.extent(1)), as_batch(y));
+    forward(exec, ctx, ConstTensor3(x.data(), 1, x.extent(0), x.extent(1)), as_batch(y));
   }
-  void forward_inplace(const ExecutionSpace& exec, const Tensor2& x) const { forward(exec, x, x); }
 
-  // dx = input_scale * dy (the Jacobian is the identity, scaled). Nothing to do when dx is dy and
-  // the scale is 1.
-  void backward(const ExecutionSpace& exec, const ConstTensor3& dy, const Tensor3& dx,
-                T input_scale = T(1)) const {
+  // dx = input_scale * dy (the Jacobian is the identity, scaled), += with WriteMode::Add. Nothing
+  // to do when dx is dy and the scale is 1.   x: the forward's input (not read).
+  void backward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3&,
+                const ConstTensor3& dy, const Tensor3& dx,
+                WriteMode dx_mode = WriteMode::Assign) const {
     const std::string where = "kformer::PositionalEncoding::backward";
     check_shape(where, "dy", dy, {-1, -1, dim()});
     check_shape(where, "dx", dx, extents_of(dy));
-    scale_copy(exec, input_scale, dy, dx);
+    write_scaled(exec, dx_mode, static_cast<T>(options_.input_scale), dy, dx);
   }
 
  private:

@@ -24,7 +24,10 @@
 
 #include "../../core/compat.hpp"
 #include "../../core/error.hpp"
+#include "../../core/layer.hpp"
+#include "../../core/run_context.hpp"
 #include "../../core/tensor.hpp"
+#include "../elementwise.hpp"
 #include "impl/value_encoding_kernels.hpp"
 #include "sinusoid.hpp"
 
@@ -54,10 +57,19 @@ class ValueEncoding {
   int dim() const { return sinusoid_.dim; }
   // The n_freq = ceil(dim/2) angular frequencies w_i, in the space's memory.
   Kokkos::View<const double*, memory_space> frequencies() const { return frequencies_; }
+  template <class F>
+  void visit_parameters(F&&) {}
+  template <class F>
+  void visit_buffers(F&&) {}
+  void zero_grad(const ExecutionSpace&) {}
+  std::int64_t buffer_bytes() const {
+    return std::int64_t(frequencies_.span() * sizeof(double) +
+                        frequency_parts_.span() * sizeof(float));
+  }
 
   // y = x + enc(values); y may be x itself.
-  void forward(const ExecutionSpace& exec, const ConstTensor2& values, const ConstTensor3& x,
-               const Tensor3& y) const {
+  void forward(const ExecutionSpace& exec, const RunContext&, const ConstTensor2& values,
+               const ConstTensor3& x, const Tensor3& y) const {
     const std::string where = "kformer::ValueEncoding::forward";
     check_shape(where, "x", x,
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
@@ -77,12 +89,15 @@ class ValueEncoding {
                                       frequencies(), frequency_parts(), values, ConstTensor3(y), y);
   }
 
-  // dx = dy (the encoding does not depend on x). Nothing to do when dx is dy.
-  void backward(const ExecutionSpace& exec, const ConstTensor3& dy, const Tensor3& dx) const {
+  // dx = dy (the encoding does not depend on x), += with WriteMode::Add. Nothing to do when dx
+  // is dy.   x: the forward's input (not read).
+  void backward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3&,
+                const ConstTensor3& dy, const Tensor3& dx,
+                WriteMode dx_mode = WriteMode::Assign) const {
     const std::string where = "kformer::ValueEncoding::backward";
     check_shape(where, "dy", dy, {-1, -1, dim()});
     check_shape(where, "dx", dx, extents_of(dy));
-    if (dx.data() != dy.data()) Kokkos::deep_copy(exec, dx, dy);
+    write_scaled(exec, dx_mode, T(1), dy, dx);
   }
 
   // dvalues = d(sum dy * enc(values)) / dvalues, for values that are themselves computed.

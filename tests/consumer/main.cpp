@@ -16,7 +16,7 @@ int main(int argc, char* argv[]) {
 
   Kokkos::View<float***, Kokkos::LayoutRight, Memory> pe("pe", 2, 3, 4);
   const kformer::PositionalEncoding<float, Space> encoding(4);
-  encoding.forward_inplace(Space(), pe);
+  encoding.forward(Space(), {}, pe, pe);
   const auto h = kformer::to_host(pe);
   const bool row_ok =
       h(1, 0, 0) == 0.0f && h(1, 0, 1) == 1.0f && h(1, 0, 2) == 0.0f && h(1, 0, 3) == 1.0f;
@@ -57,7 +57,7 @@ int main(int argc, char* argv[]) {
     model.forward(Space(), kformer::RunContext{true, std::uint64_t(step)}, x, keep, logits);
     const double loss = losses.cross_entropy(Space(), logits, labels, d_logits);
     model.zero_grad(Space());
-    model.backward(Space(), x, keep, d_logits);
+    model.backward(Space(), {}, x, keep, d_logits);
     adam.step(Space(), model.parameters().values(), model.parameters().grads(), 1e-3);
     if (step == 0) first = loss;
     last = loss;
