@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <kformer/layers/norm_kinds.hpp>
+
 namespace kformer::app {
 namespace {
 
@@ -40,7 +42,7 @@ void add_model_options(CLI::App* cmd, ModelOptions& m) {
   cmd->add_option("--dim-feedforward", m.dim_feedforward, "feed-forward width");
   cmd->add_option("--dropout", m.dropout, "dropout probability");
   cmd->add_option("--activation", m.activation, "gelu or relu");
-  cmd->add_option("--norm", m.norm, "batchnorm or layernorm");
+  cmd->add_option("--norm", m.norm, kformer::norm_names());
   cmd->add_flag("--norm-first", m.norm_first, "pre-norm encoder layers");
   cmd->add_option("--pos-encoding", m.pos_encoding, "fixed, learnable or none");
   cmd->add_option("--projection", m.projection, "linear or conv1d input projection");

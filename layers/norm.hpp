@@ -1,7 +1,7 @@
-// The normalisations an encoder layer can use, chosen at run time by name: the one registry of
-// norm kinds. Each kind has its config / command-line name, the class, and (through the class's
-// visit_parameters and visit_buffers) its state_dict names. Adding a kind: its header, one entry
-// in NormType, kNormKinds and NormVariant below, and its tests (docs/architecture.md).
+// The normalisations an encoder layer can use, chosen at run time by name. The registry of norm
+// kinds is norm_kinds.hpp (names, for configs and the command line, without Kokkos) and
+// NormVariant below (the classes, whose visit_parameters and visit_buffers give the state_dict
+// names). Adding a kind: its header, its entry in both, and its tests (docs/architecture.md).
 //
 //   batchnorm  BatchNorm1d over the tokens of the batch (TST's default)
 //   layernorm  LayerNorm over the features (PyTorch's TransformerEncoderLayer)
@@ -16,32 +16,14 @@
 #include "../core/layer.hpp"
 #include "batch_norm.hpp"
 #include "layer_norm.hpp"
+#include "norm_kinds.hpp"
 
 namespace kformer {
-
-enum class NormType { BatchNorm, LayerNorm };
-
-struct NormKind {
-  NormType type;
-  const char* name;          // in configs and on the command line
-  const char* pytorch_name;  // the PyTorch class, accepted as a name too
-};
-inline constexpr std::array<NormKind, 2> kNormKinds = {{
-    {NormType::BatchNorm, "batchnorm", "BatchNorm"},
-    {NormType::LayerNorm, "layernorm", "LayerNorm"},
-}};
 
 // Alternatives in NormType order.
 template <class T, class ExecutionSpace>
 using NormVariant = std::variant<BatchNorm<T, ExecutionSpace>, LayerNorm<T, ExecutionSpace>>;
 
-// "batchnorm, layernorm, rmsnorm": the names a config may use.
-inline std::string norm_names() {
-  std::string names;
-  for (const auto& kind : kNormKinds)
-    names += (names.empty() ? "" : ", ") + std::string(kind.name);
-  return names;
-}
 inline NormType parse_norm(const std::string& name) {
   for (const auto& kind : kNormKinds)
     if (name == kind.name || name == kind.pytorch_name) return kind.type;
