@@ -39,7 +39,7 @@ constexpr bool runs_host_specialisation(AttentionKernel kernel) {
 // context = attention(qkv) for problem p, with each row's maximum and inverse sum in p's row
 // statistics (for the backward, and for P); P into probs (B, H, S, S) when probs is not null.
 template <class ExecutionSpace, class T, class KeyMask, class AttnMask>
-void attention_forward(const ExecutionSpace& exec, AttentionKernel kernel,
+void attention_forward(const ExecutionSpace& exec, [[maybe_unused]] AttentionKernel kernel,
                        const flash::Problem<T, KeyMask, AttnMask>& p, T* probs) {
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
   if constexpr (has_host_attention<ExecutionSpace, T>) {
@@ -62,7 +62,7 @@ void attention_forward(const ExecutionSpace& exec, AttentionKernel kernel,
 // dQ, dK, dV into g.d_qkv from dO (g.d_context) for the forward of problem p (which stored its row
 // statistics); g.row_dot is a (B H S) workspace of the portable kernel.
 template <class ExecutionSpace, class T, class KeyMask, class AttnMask>
-void attention_backward(const ExecutionSpace& exec, AttentionKernel kernel,
+void attention_backward(const ExecutionSpace& exec, [[maybe_unused]] AttentionKernel kernel,
                         const flash::Problem<T, KeyMask, AttnMask>& p,
                         const flash::Gradients<T>& g) {
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
