@@ -29,6 +29,7 @@
 #include "layers/layer_norm.hpp"
 #include "layers/linear.hpp"
 #include "layers/norm.hpp"
+#include "layers/rms_norm.hpp"
 #include "losses/losses.hpp"
 #include "masking/noise_mask.hpp"
 #include "models/tst.hpp"

@@ -5,6 +5,7 @@
 //
 //   batchnorm  BatchNorm1d over the tokens of the batch (TST's default)
 //   layernorm  LayerNorm over the features (PyTorch's TransformerEncoderLayer)
+//   rmsnorm    RMSNorm over the features (LLaMA-style transformers; weight only)
 #pragma once
 
 #include <array>
@@ -17,12 +18,14 @@
 #include "batch_norm.hpp"
 #include "layer_norm.hpp"
 #include "norm_kinds.hpp"
+#include "rms_norm.hpp"
 
 namespace kformer {
 
 // Alternatives in NormType order.
 template <class T, class ExecutionSpace>
-using NormVariant = std::variant<BatchNorm<T, ExecutionSpace>, LayerNorm<T, ExecutionSpace>>;
+using NormVariant = std::variant<BatchNorm<T, ExecutionSpace>, LayerNorm<T, ExecutionSpace>,
+                                 RMSNorm<T, ExecutionSpace>>;
 
 inline NormType parse_norm(const std::string& name) {
   for (const auto& kind : kNormKinds)
@@ -86,6 +89,8 @@ class Norm {
         return BatchNorm<T, ExecutionSpace>(exec, dim, 1e-5, 0.1, name);
       case NormType::LayerNorm:
         return LayerNorm<T, ExecutionSpace>(exec, dim, 1e-5, name);
+      case NormType::RMSNorm:
+        return RMSNorm<T, ExecutionSpace>(exec, dim, 1e-5, name);
     }
     fail(name, "unknown normalization type ", static_cast<int>(type));
   }

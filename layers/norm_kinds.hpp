@@ -7,19 +7,20 @@
 
 namespace kformer {
 
-enum class NormType { BatchNorm, LayerNorm };
+enum class NormType { BatchNorm, LayerNorm, RMSNorm };
 
 struct NormKind {
   NormType type;
   const char* name;          // in configs and on the command line
   const char* pytorch_name;  // the PyTorch class, accepted as a name too
 };
-inline constexpr std::array<NormKind, 2> kNormKinds = {{
+inline constexpr std::array<NormKind, 3> kNormKinds = {{
     {NormType::BatchNorm, "batchnorm", "BatchNorm"},
     {NormType::LayerNorm, "layernorm", "LayerNorm"},
+    {NormType::RMSNorm, "rmsnorm", "RMSNorm"},
 }};
 
-// "batchnorm, layernorm": the names a config may use.
+// "batchnorm, layernorm, rmsnorm": the names a config may use.
 inline std::string norm_names() {
   std::string names;
   for (const auto& kind : kNormKinds)

@@ -135,7 +135,7 @@ TEMPLATE_LIST_TEST_CASE("GELU, ReLU and Dropout gradients", "[layers][gradcheck]
   check_gradients(gradcheck<Space>(none, x0, fwd, bwd, 11));
 }
 
-TEMPLATE_LIST_TEST_CASE("LayerNorm and BatchNorm gradients", "[layers][gradcheck]",
+TEMPLATE_LIST_TEST_CASE("LayerNorm, RMSNorm and BatchNorm gradients", "[layers][gradcheck]",
                         backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
@@ -162,6 +162,10 @@ TEMPLATE_LIST_TEST_CASE("LayerNorm and BatchNorm gradients", "[layers][gradcheck
   };
   SECTION("LayerNorm") {
     LayerNorm<double, Space> layer(Space(), d);
+    run(layer, true);
+  }
+  SECTION("RMSNorm") {
+    RMSNorm<double, Space> layer(Space(), d);
     run(layer, true);
   }
   SECTION("BatchNorm, training (batch statistics)") {
@@ -257,7 +261,8 @@ TEMPLATE_LIST_TEST_CASE("TransformerEncoderLayer gradients: both norms, post- an
   using M = MemorySpaceOf<Space>;
   const int batch = 2, seq = 3, d = 4;
   const auto kpm = padding_mask<Space>(batch, seq, {3, 2});
-  for (const NormType norm : {NormType::BatchNorm, NormType::LayerNorm}) {
+  for (const auto& kind : kNormKinds) {  // every kind in the registry
+    const NormType norm = kind.type;
     for (const bool norm_first : {false, true}) {
       CAPTURE(norm_name(norm), norm_first);
       EncoderLayerOptions o;

@@ -54,7 +54,8 @@ std::vector<std::vector<double>> training_step(NormType norm, bool norm_first, s
 
 TEST_CASE("Backends agree on a training step within 4e-6, and runs repeat bit for bit",
           "[layers][backends][determinism]") {
-  for (const NormType norm : {NormType::BatchNorm, NormType::LayerNorm}) {
+  for (const auto& kind : kNormKinds) {  // every kind in the registry
+    const NormType norm = kind.type;
     for (const bool norm_first : {false, true}) {
       CAPTURE(norm_name(norm), norm_first);
       std::vector<std::vector<std::vector<double>>> per_backend;
@@ -210,6 +211,22 @@ TEMPLATE_LIST_TEST_CASE("Layers reject bad input with both shapes named and chan
   CHECK_THROWS_WITH(linear.forward(Space(), {}, in, out),
                     ContainsText("kformer::Linear::forward") &&
                         ContainsText("x has shape (6, 5), expected (*, 4)"));
+  CHECK_THROWS_WITH(
+      (RMSNorm<float, Space>(Space(), 4, 0.0)),
+      ContainsText("kformer::RMSNorm") && ContainsText("eps must be positive, got 0"));
+  RMSNorm<float, Space> rms(Space(), 4);
+  Tensor2<float, M> rms_x("rms_x", 6, 4), rms_y("rms_y", 6, 5), rms_dy("rms_dy", 3, 4);
+  Kokkos::deep_copy(rms_y, 3.0f);
+  CHECK_THROWS_WITH(rms.forward(Space(), {}, rms_x, rms_y),
+                    ContainsText("kformer::RMSNorm::forward") &&
+                        ContainsText("y has shape (6, 5), expected (6, 4)"));
+  CHECK_THROWS_WITH(rms.backward(Space(), {}, rms_x, rms_dy, Tensor2<float, M>()),
+                    ContainsText("kformer::RMSNorm::backward") &&
+                        ContainsText("dy has shape (3, 4), expected (6, 4)"));
+  for (double v : host_values(rms_y))
+    REQUIRE(v == 3.0);
+  for (double g : host_values(rms.weight().grad))
+    REQUIRE(g == 0.0);
 }
 
 TEMPLATE_LIST_TEST_CASE(

@@ -38,9 +38,9 @@ Mask<Space> golden_mask(const std::string& name) {
 
 // Loads "<case>.param.<prefix><name>" into every parameter of the layer.
 template <class Layer>
-void load_parameters(Layer& layer, const std::string& prefix) {
+void load_parameters(Layer& layer, const std::string& prefix, const Golden& golden = goldens()) {
   layer.visit_parameters([&](const std::string& name, auto& p) {
-    const auto& t = goldens().tensor(prefix + name);
+    const auto& t = golden.tensor(prefix + name);
     REQUIRE(static_cast<std::int64_t>(t.values.size()) == p.numel());
     auto h = Kokkos::create_mirror_view(p.value);
     for (std::size_t i = 0; i < t.values.size(); ++i)
@@ -53,33 +53,34 @@ void load_parameters(Layer& layer, const std::string& prefix) {
 // value, with a floor of 1 % of the largest gradient of the layer: a bias feeding BatchNorm has a
 // mathematically zero gradient, which both sides only approximate (~1e-8).
 template <class Layer>
-void check_parameter_gradients(Layer& layer, const std::string& prefix) {
+void check_parameter_gradients(Layer& layer, const std::string& prefix,
+                               const Golden& golden = goldens()) {
   double scale = 0;
   layer.visit_parameters([&](const std::string& name, auto&) {
-    for (double g : goldens().tensor(prefix + name).values)
+    for (double g : golden.tensor(prefix + name).values)
       scale = std::max(scale, std::abs(g));
   });
   layer.visit_parameters([&](const std::string& name, auto& p) {
     CAPTURE(name);
-    CHECK(max_rel_diff(host_values(p.grad), goldens().tensor(prefix + name).values, 0.01 * scale) <=
+    CHECK(max_rel_diff(host_values(p.grad), golden.tensor(prefix + name).values, 0.01 * scale) <=
           kGradientTolerance);
   });
 }
 
 template <class Space, class Layer, class Forward, class Backward>
 void check_case(const std::string& c, Layer& layer, const std::string& param_prefix,
-                Forward forward, Backward backward) {
+                Forward forward, Backward backward, const Golden& golden = goldens()) {
   CAPTURE(c);
-  const auto& x = goldens().tensor(c + ".x");
-  const auto& y_ref = goldens().tensor(c + ".y");
-  load_parameters(layer, c + ".param." + param_prefix);
+  const auto& x = golden.tensor(c + ".x");
+  const auto& y_ref = golden.tensor(c + ".y");
+  load_parameters(layer, c + ".param." + param_prefix, golden);
   layer.zero_grad(Space());
   const std::vector<double> y = forward(x);
   CHECK(max_rel_diff(y, y_ref.values) <= kForwardTolerance);
-  const std::vector<double> dx = backward(x, goldens().tensor(c + ".dy"));
-  if (goldens().has(c + ".dx"))
-    CHECK(max_rel_diff(dx, goldens().tensor(c + ".dx").values) <= kGradientTolerance);
-  check_parameter_gradients(layer, c + ".grad." + param_prefix);
+  const std::vector<double> dx = backward(x, golden.tensor(c + ".dy"));
+  if (golden.has(c + ".dx"))
+    CHECK(max_rel_diff(dx, golden.tensor(c + ".dx").values) <= kGradientTolerance);
+  check_parameter_gradients(layer, c + ".grad." + param_prefix, golden);
 }
 
 }  // namespace
@@ -154,8 +155,8 @@ TEMPLATE_LIST_TEST_CASE("PyTorch parity: GELU and ReLU", "[parity]", backends::E
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("PyTorch parity: LayerNorm and BatchNorm (training and eval)", "[parity]",
-                        backends::EnabledSpaces) {
+TEMPLATE_LIST_TEST_CASE("PyTorch parity: LayerNorm, RMSNorm and BatchNorm (training and eval)",
+                        "[parity]", backends::EnabledSpaces) {
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
   static constexpr int n = 10, d = 8;  // static: Clang (hipcc) wants locals captured below
@@ -177,6 +178,11 @@ TEMPLATE_LIST_TEST_CASE("PyTorch parity: LayerNorm and BatchNorm (training and e
   SECTION("LayerNorm") {
     LayerNorm<float, Space> layer(Space(), d);
     check_case<Space>("layernorm", layer, "", forward_of(layer, true), backward_of(layer));
+  }
+  SECTION("RMSNorm (nn.RMSNorm needs a PyTorch newer than Debian's: a golden file of its own)") {
+    static const Golden rms(KFORMER_GOLDEN_DIR "/rms_norm.safetensors");
+    RMSNorm<float, Space> layer(Space(), d, 1e-5);
+    check_case<Space>("rmsnorm", layer, "", forward_of(layer, true), backward_of(layer), rms);
   }
   SECTION("BatchNorm, training: batch statistics and running-statistics update") {
     BatchNorm<float, Space> layer(Space(), d);

@@ -162,8 +162,8 @@ TEMPLATE_LIST_TEST_CASE("TST with a frozen encoder computes only the output laye
   Tensor2<float, M> out("out", batch, 3);
   model.zero_grad(Space());
   model.forward(Space(), RunContext{true, 0}, x, keep, out);
-  model.backward(Space(), {}, x, keep, device_from<float, Space>(random_values(batch * 3, 2), batch, 3),
-                 true);
+  model.backward(Space(), {}, x, keep,
+                 device_from<float, Space>(random_values(batch * 3, 2), batch, 3), true);
   const auto grads = host_values(model.parameters().grads());
   const std::int64_t tail = model.output_layer_offset();
   for (std::int64_t i = 0; i < tail; ++i)

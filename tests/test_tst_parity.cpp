@@ -280,7 +280,8 @@ TEMPLATE_LIST_TEST_CASE("TST parity with PyTorch: one training step of the imput
   CHECK(loss.count == h.at("masked").get<std::int64_t>());
   const double ref_loss = goldens().tensor("train.loss").values.at(0);
   CHECK(std::abs(loss.loss - ref_loss) <= kScalarTolerance * std::abs(ref_loss));
-  model.backward(Space(), {}, xd, keep, Tensor2<const float, M>(d_pred.data(), batch * seq, features));
+  model.backward(Space(), {}, xd, keep,
+                 Tensor2<const float, M>(d_pred.data(), batch * seq, features));
   DeterministicSum<Space> workspace;
   const double norm = clip_grad_norm(Space(), model.parameters().grads(),
                                      h.at("clip_norm").get<double>(), workspace);
