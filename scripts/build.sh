@@ -23,6 +23,12 @@ case "$variant" in
     ;;
   hip) variant_args=(-DCMAKE_CXX_COMPILER=hipcc -DKFORMER_ENABLE_KOKKOS_KERNELS=OFF) ;;
 esac
+# Compiles are cached outside the clone (ccache, installed by the bootstrap), so that a fresh clone
+# on a machine that built kformer before recompiles only what changed.
+if command -v ccache >/dev/null; then
+  export CCACHE_DIR=${CCACHE_DIR:-${KFORMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kformer}/ccache}
+  variant_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DKFORMER_DEPS_PREFIX="$prefix" "${variant_args[@]}" "$@" >&2
 targets=()
