@@ -1,6 +1,14 @@
 # Installs the kformer build into a scratch prefix, then configures, builds and runs the consumer
-# project against that install. Called by CTest with BUILD_DIR, SOURCE_DIR and WORK_DIR.
+# project against that install, and the README's C++ example with it. Called by CTest with
+# BUILD_DIR, SOURCE_DIR, WORK_DIR and README.
 file(REMOVE_RECURSE "${WORK_DIR}")
+# The README's first ```cpp block, as a source file of its own.
+file(READ "${README}" readme)
+string(REGEX MATCH "```cpp\n([^`]*)```" block "${readme}")
+if(NOT CMAKE_MATCH_1)
+  message(FATAL_ERROR "${README} has no ```cpp block to build")
+endif()
+file(WRITE "${WORK_DIR}/readme_example.cpp" "${CMAKE_MATCH_1}")
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT rc EQUAL 0)
@@ -10,6 +18,7 @@ endfunction()
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/install")
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G Ninja
     "-Dkformer_ROOT=${WORK_DIR}/install" -DCMAKE_BUILD_TYPE=Release
+    "-DREADME_EXAMPLE=${WORK_DIR}/readme_example.cpp"
     "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 execute_process(COMMAND "${WORK_DIR}/build/consumer" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -17,3 +26,9 @@ message("${out}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "consumer failed (${rc})")
 endif()
+execute_process(COMMAND "${WORK_DIR}/build/readme_example" RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the README's C++ example failed (${rc}):\n${out}")
+endif()
+message("readme_example: the README's C++ example built and ran")
