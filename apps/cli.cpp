@@ -97,6 +97,7 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
   pretrain->add_option("--output-dir", o.run.output_dir, "checkpoint and metrics directory")
       ->default_val("kformer-out/pretrain");
   pretrain->add_flag("--resume", o.run.resume, "continue from the checkpoint in --output-dir");
+  pretrain->add_flag("--overwrite", o.run.overwrite, "replace a checkpoint in --output-dir");
 
   auto* finetune =
       app.add_subcommand("finetune", "classification or regression, from scratch or pretrained");
@@ -110,6 +111,7 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
   finetune->add_option("--output-dir", o.run.output_dir, "checkpoint and metrics directory")
       ->default_val("kformer-out/finetune");
   finetune->add_flag("--resume", o.run.resume, "continue from the checkpoint in --output-dir");
+  finetune->add_flag("--overwrite", o.run.overwrite, "replace a checkpoint in --output-dir");
 
   auto* evaluate = app.add_subcommand("evaluate", "loss and metrics of a checkpoint on a dataset");
   evaluate->add_option("--checkpoint", o.checkpoint, "checkpoint directory")->required();

@@ -56,6 +56,7 @@ struct RunOptions {
   std::string output_dir;
   bool progress = true;  // a redrawn bar on a terminal, plain lines otherwise
   bool resume = false;
+  bool overwrite = false;  // replace a checkpoint already in output_dir (else refused)
 };
 
 struct EncodeOptions {

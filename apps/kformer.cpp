@@ -29,6 +29,7 @@
 #include <kformer/kformer.hpp>
 
 #include "cli.hpp"
+#include "output_safety.hpp"
 #include "tst_commands.hpp"
 
 namespace {
@@ -493,6 +494,13 @@ int main(int argc, char* argv[]) {
   }
   const std::string& backend = cli.backend;
   const std::string& precision = cli.precision;
+
+  try {
+    check_outputs(command, cli);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kformer: error: %s\n", e.what());
+    return 2;
+  }
 
   Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
   backends::set_reproducible_gemm(cli.reproducible);

@@ -106,6 +106,13 @@ expect "sequence past max_len" - -- evaluate --checkpoint "$work/good" --data "$
 expect "embed to an unwritable path" - -- embed --checkpoint "$work/good" --data "$data/regression_test.ts" --output "$work/a_file/z.csv"
 expect "predict with malformed masks" "$work/p.csv" -- predict --checkpoint "$work/good" --data "$data/regression_test.ts" --masks "$work/malformed.csv" --output "$work/p.csv"
 expect "finetune data the pretrained model does not fit" "$out" -- finetune --data "$work/two_features.ts" "${small[@]}" --pretrained "$work/good" --output-dir "$out"
+# Outputs that would destroy the command's own inputs or an earlier checkpoint.
+expect "predict over its --data" - -- predict --checkpoint "$work/good" --data "$data/regression_test.ts" --output "$data/regression_test.ts"
+expect "predict over the checkpoint's weights" - -- predict --checkpoint "$work/good" --data "$data/regression_test.ts" --output "$work/good/model.safetensors"
+expect "embed over the checkpoint's config" - -- embed --checkpoint "$work/good" --data "$data/regression_test.ts" --output "$work/good/./config.json"
+expect "finetune over its pretrained model" - -- finetune --data "$data/classification_train.ts" "${small[@]}" --pretrained "$work/good" --change-output --output-dir "$work/good/"
+expect "pretrain over a checkpoint" - -- pretrain --data "$data/regression_train.ts" "${small[@]}" --output-dir "$work/good"
+expect "--resume and --overwrite" - -- pretrain --data "$data/regression_train.ts" "${small[@]}" --output-dir "$work/good" --resume --overwrite
 expect "encode dim 0" - -- encode --dim 0 --len 10
 expect "unknown option" - -- pretrain --data "$data/regression_train.ts" --no-such-option
 
@@ -114,6 +121,17 @@ if [ "$before" != "$after" ]; then
   echo "FAIL: an existing checkpoint or data file changed:" >&2
   diff <(echo "$before") <(echo "$after") >&2
   failed=$((failed + 1))
+fi
+# --overwrite is the explicit way to replace a checkpoint.
+cp -r "$work/good" "$work/again"
+old=$(sha256sum <"$work/again/model.safetensors")
+if ! "$kformer" pretrain --data "$data/regression_train.ts" "${small[@]}" --seed 7 \
+     --output-dir "$work/again" --overwrite >"$work/stdout" 2>"$work/stderr"; then
+  echo "FAIL [--overwrite]: refused:" >&2; sed 's/^/    /' "$work/stderr" >&2; failed=$((failed + 1))
+elif [ "$old" = "$(sha256sum <"$work/again/model.safetensors")" ]; then
+  echo "FAIL [--overwrite]: the checkpoint was not replaced" >&2; failed=$((failed + 1))
+else
+  echo "ok   [--overwrite replaces a checkpoint]"
 fi
 echo "$tried bad calls tried, $failed failed"
 [ "$failed" -eq 0 ]
