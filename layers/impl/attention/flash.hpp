@@ -169,6 +169,7 @@ struct Forward {
 
   KOKKOS_INLINE_FUNCTION void operator()(const member_type& team) const {
     const int dh = p.head_dim(), seq = p.seq;
+    const T minus_inf = p.neg_inf;
     const int bh = team.league_rank() / blocks, b = bh / p.heads, h = bh % p.heads;
     const int i0 = (team.league_rank() % blocks) * tile;
     const int rows = seq - i0 < tile ? seq - i0 : tile;
@@ -187,11 +188,10 @@ struct Forward {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
                            [&](const int c) { o[r * dh + c] = 0; });
       Kokkos::single(Kokkos::PerThread(team), [&]() {
-        m[r] = Kokkos::reduction_identity<T>::max();
+        m[r] = minus_inf;  // not reduction_identity: -DBL_MAX in Kokkos 3.4, -inf in 5
         l[r] = 0;
       });
     });
-    const T minus_inf = p.neg_inf;
     for (int j0 = 0; j0 < seq; j0 += tile) {
       const int keys = seq - j0 < tile ? seq - j0 : tile;
       team.team_barrier();  // the last tile's phase B is done with kt, v and s
@@ -224,7 +224,9 @@ struct Forward {
             },
             tile_sum);
         Kokkos::single(Kokkos::PerThread(team), [&]() {
-          const T c = math::exp_nonpositive(m_old - m_new);
+          // Equal maxima need no correction; this also keeps a row whose keys so far are all
+          // masked (m_old = m_new = -inf, where -inf - -inf would be NaN) at o = 0, l = 0.
+          const T c = m_old == m_new ? T(1) : math::exp_nonpositive(m_old - m_new);
           corr[r] = c;
           l[r] = l[r] * c + tile_sum;
           m[r] = m_new;
