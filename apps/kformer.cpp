@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <sstream>
@@ -143,6 +144,7 @@ void command_pretrain(const Space& exec, const DataOptions& d, const ModelOption
   CheckpointInfo info;
   info.standardization = standardization;
   int first = 0;
+  const OutputDirectoryLock lock(r.output_dir);  // held while this run writes there
   if (r.resume) {
     info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
     info.standardization = standardization;
@@ -152,7 +154,6 @@ void command_pretrain(const Space& exec, const DataOptions& d, const ModelOption
   }
   const Evaluation before = trainer.evaluate(exec, sets.validation);
   MetricsLog log(r.output_dir);
-  make_directories(r.output_dir);
   const Evaluation after = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
                                         t.epochs, "pretrain", r.output_dir, info, log, r);
   std::printf("masked MSE on validation: %.4f before pretraining, %.4f after\n", before.loss,
@@ -202,6 +203,7 @@ void command_finetune(const Space& exec, const DataOptions& d, const ModelOption
   standardization->apply(sets.validation);
   info.standardization = standardization;
   int first = 0;
+  const OutputDirectoryLock lock(r.output_dir);  // held while this run writes there
   if (r.resume) {
     info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
     first = info.next_epoch;
@@ -209,7 +211,6 @@ void command_finetune(const Space& exec, const DataOptions& d, const ModelOption
     std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
   }
   MetricsLog log(r.output_dir);
-  make_directories(r.output_dir);
   const Evaluation e = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
                                     t.epochs, "finetune", r.output_dir, info, log, r);
   std::printf("%s\ncheckpoint: %s\n", describe(e, task).c_str(), r.output_dir.c_str());
@@ -386,7 +387,7 @@ void command_demo(const Space& exec, const RunOptions& r, std::uint64_t seed) {
   standardization.apply(train);
   standardization.apply(test);
   MetricsLog log(r.output_dir);
-  make_directories(r.output_dir);
+  const OutputDirectoryLock lock(r.output_dir);  // held while the job writes there
 
   ModelOptions m;  // TST's defaults: d_model 64, 8 heads, 3 layers, ff 256, dropout 0.1, BatchNorm
   TrainingOptions o;
@@ -502,6 +503,11 @@ int main(int argc, char* argv[]) {
     return 2;
   }
 
+  // The OpenMP runtime has already read its environment: with OMP_PROC_BIND unset it does not
+  // bind threads. Saying so explicitly keeps that behaviour and stops Kokkos' warning about the
+  // unset variable at every run; a user who sets it (e.g. spread, for benchmarks) is not
+  // overridden.
+  setenv("OMP_PROC_BIND", "false", /*overwrite=*/0);
   Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
   backends::set_reproducible_gemm(cli.reproducible);
   try {

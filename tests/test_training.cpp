@@ -285,3 +285,58 @@ TEST_CASE(
   std::remove((dir + "/config.json").c_str());
   rmdir(dir.c_str());
 }
+
+TEST_CASE("A checkpoint is one file: the config inside model.safetensors wins over config.json",
+          "[training][checkpoint]") {
+  const auto train = small_set(16, 5);
+  const std::string dir = temporary_directory();
+  auto classifier =
+      TimeSeriesTransformer<float, Space>(Space(), small_config(train, TstTask::Classification));
+  CheckpointInfo info;
+  info.class_names = train.class_names;
+  info.next_epoch = 3;
+  save_checkpoint<float, Space>(dir, classifier, nullptr, info);
+  // A run killed after the weights' rename and before config.json's leaves an older config.json
+  // (here: another model's) beside the new weights; the checkpoint still loads as saved.
+  auto imputer =
+      TimeSeriesTransformer<float, Space>(Space(), small_config(train, TstTask::Imputation));
+  const std::string other = temporary_directory();
+  save_checkpoint<float, Space>(other, imputer, nullptr, CheckpointInfo{});
+  std::rename((other + "/config.json").c_str(), (dir + "/config.json").c_str());
+  const CheckpointInfo read = read_checkpoint_config(dir);
+  CHECK(read.config.task == TstTask::Classification);
+  CHECK(read.next_epoch == 3);
+  CHECK(read.class_names == train.class_names);
+  auto reloaded =
+      TimeSeriesTransformer<float, Space>(Space(), small_config(train, TstTask::Classification));
+  CHECK(load_checkpoint<float, Space>(Space(), dir, reloaded, nullptr).next_epoch == 3);
+  CHECK(bitwise_equal(parameters_of(reloaded), parameters_of(classifier)));
+  // A directory with neither file: the error names the config.json it looked for. (Converted
+  // checkpoints, which have no embedded copy, load through config.json in test_tst_parity.)
+  std::remove((other + "/model.safetensors").c_str());
+  CHECK_THROWS_WITH(read_checkpoint_config(other), ContainsText(other + "/config.json"));
+  for (const std::string& d : {dir, other}) {
+    std::remove((d + "/model.safetensors").c_str());
+    std::remove((d + "/config.json").c_str());
+    rmdir(d.c_str());
+  }
+}
+
+TEST_CASE(
+    "An output directory is written by one run at a time, and killed runs leave no temporaries",
+    "[training][checkpoint]") {
+  const std::string dir = temporary_directory();
+  const std::string stale = dir + "/model.safetensors.tmp.AbC123";
+  std::FILE* f = std::fopen(stale.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fputs("half a checkpoint", f);
+  std::fclose(f);
+  {
+    const OutputDirectoryLock lock(dir);
+    CHECK(access(stale.c_str(), F_OK) != 0);
+    CHECK_THROWS_WITH(OutputDirectoryLock(dir),
+                      ContainsText("another kformer run is writing to") && ContainsText(dir));
+  }
+  { const OutputDirectoryLock again(dir); }  // released with the first
+  CHECK(rmdir(dir.c_str()) == 0);  // empty: the lock added no file to the directory
+}

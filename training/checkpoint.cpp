@@ -1,11 +1,16 @@
 #include "checkpoint.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -27,12 +32,11 @@ std::string checkpoint_config_json(const CheckpointInfo& info) {
   return j.dump(2) + "\n";
 }
 
-CheckpointInfo read_checkpoint_config(const std::string& directory) {
+namespace {
+
+// CheckpointInfo from config.json's text; `path` names where the text came from in errors.
+CheckpointInfo parse_checkpoint_config(const std::string& text, const std::string& path) {
   const std::string where = "kformer::read_checkpoint_config";
-  const std::string path = directory + "/config.json";
-  std::ifstream in(path);
-  if (!in) fail(where, "cannot read ", path, ": ", std::strerror(errno));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -58,6 +62,59 @@ CheckpointInfo read_checkpoint_config(const std::string& directory) {
     fail(where, path, ": ", info.class_names.size(), " class names for ", info.config.num_outputs,
          " classes");
   return info;
+}
+
+CheckpointInfo read_config_json(const std::string& directory) {
+  const std::string path = directory + "/config.json";
+  std::ifstream in(path);
+  if (!in)
+    fail("kformer::read_checkpoint_config", "cannot read ", path, ": ", std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_checkpoint_config(text, path);
+}
+
+}  // namespace
+
+CheckpointInfo checkpoint_config_of(const safetensors::File& file, const std::string& directory) {
+  const auto embedded = file.metadata().find("checkpoint");
+  if (embedded == file.metadata().end()) return read_config_json(directory);
+  return parse_checkpoint_config(
+      embedded->second, checkpoint_weights_path(directory) + " (its \"checkpoint\" metadata)");
+}
+
+CheckpointInfo read_checkpoint_config(const std::string& directory) {
+  std::error_code error;
+  const std::string weights = checkpoint_weights_path(directory);
+  if (!std::filesystem::exists(weights, error)) return read_config_json(directory);
+  return checkpoint_config_of(safetensors::File::read(weights), directory);
+}
+
+OutputDirectoryLock::OutputDirectoryLock(const std::string& directory) {
+  const std::string where = "kformer::OutputDirectoryLock";
+  make_directories(directory);
+  // The lock is on the directory itself (flock on its descriptor), so that no file is added to it.
+  fd_ = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) fail(where, "cannot open ", directory, ": ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (e == EWOULDBLOCK)
+      fail(where, "another kformer run is writing to ", directory,
+           "; wait for it or choose another --output-dir");
+    fail(where, "cannot lock ", directory, ": ", std::strerror(e));
+  }
+  // Temporary files of runs that were killed while writing (write_file_atomic's NAME.tmp.XXXXXX).
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file(error) && name.find(".tmp.") != std::string::npos)
+      std::filesystem::remove(entry.path(), error);
+  }
+}
+
+OutputDirectoryLock::~OutputDirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void make_directories(const std::string& directory) {

@@ -1,9 +1,13 @@
-// Checkpoints: a directory holding config.json (the model's hyper-parameters and what the data
-// looked like) and model.safetensors (the state_dict by TST names, and when training: the
-// optimizer state, the training progress and the standardization fitted on the training data).
+// Checkpoints: a directory holding model.safetensors (the state_dict by TST names, and when
+// training: the optimizer state, the training progress and the standardization fitted on the
+// training data) and config.json (the model's hyper-parameters and what the data looked like).
 //
-// Both files are written to temporary names and renamed into place, so a run killed while saving
-// leaves the previous checkpoint whole; a checkpoint that fails to load changes nothing on disk.
+// model.safetensors is the checkpoint: it carries config.json's text in its metadata
+// ("checkpoint"), and is written to a temporary name and renamed into place in one step, so a run
+// killed at any moment leaves either the previous checkpoint or the new one, whole. config.json is
+// written after it as a copy for people and tools; it is read only for checkpoints without the
+// embedded copy (older ones, and those made by tools/pth_to_safetensors.py). A checkpoint that
+// fails to load changes nothing on disk.
 #pragma once
 
 #include <cstdint>
@@ -35,9 +39,27 @@ struct CheckpointInfo {
 };
 
 std::string checkpoint_config_json(const CheckpointInfo& info);
-// Parses config.json; throws kformer::Error naming the file and the problem.
+// The checkpoint's config: the copy inside model.safetensors where there is one, else
+// config.json; throws kformer::Error naming the file and the problem.
 CheckpointInfo read_checkpoint_config(const std::string& directory);
+// The same from a model.safetensors already read (`file`, of `directory`).
+CheckpointInfo checkpoint_config_of(const safetensors::File& file, const std::string& directory);
 std::string checkpoint_weights_path(const std::string& directory);
+
+// Held by a training run for as long as it writes checkpoints and metrics into `directory`
+// (created if missing): a second run into the same directory is refused instead of interleaving
+// its files with the first's. Taking it removes the temporary files (*.tmp.*) that killed runs
+// left there. The lock is released when the object is destroyed or the process ends.
+class OutputDirectoryLock {
+ public:
+  explicit OutputDirectoryLock(const std::string& directory);
+  ~OutputDirectoryLock();
+  OutputDirectoryLock(const OutputDirectoryLock&) = delete;
+  OutputDirectoryLock& operator=(const OutputDirectoryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 // Saves the model (and the optimizer, when given) with `info` into `directory` (created if
 // missing).
@@ -84,7 +106,8 @@ void save_checkpoint(const std::string& directory, TimeSeriesTransformer<T, Exec
   writer.add("training.step", {}, std::vector<std::int64_t>{static_cast<std::int64_t>(info.step)});
   writer.set_metadata("format", "kformer-tst/1");
   writer.set_metadata("config", to_json(info.config));
-  // Weights first: a config.json only ever describes weights that are already complete.
+  writer.set_metadata("checkpoint", checkpoint_config_json(info));
+  // The one rename that makes the new checkpoint; config.json follows as its copy.
   writer.write(checkpoint_weights_path(directory));
   write_file_atomic(directory + "/config.json", checkpoint_config_json(info));
 }
@@ -95,12 +118,12 @@ CheckpointInfo load_checkpoint(const ExecutionSpace& exec, const std::string& di
                                Optimizer<T, ExecutionSpace>* optimizer,
                                const LoadOptions& options) {
   const std::string where = "kformer::load_checkpoint";
-  CheckpointInfo info = read_checkpoint_config(directory);
+  const auto file = safetensors::File::read(checkpoint_weights_path(directory));
+  CheckpointInfo info = checkpoint_config_of(file, directory);
   const TstConfig& mine = model.config();
   if (info.config.feat_dim != mine.feat_dim)
     fail(where, directory, " was trained on ", info.config.feat_dim, " features, the model has ",
          mine.feat_dim);
-  const auto file = safetensors::File::read(checkpoint_weights_path(directory));
   // Everything is checked before anything is written.
   if (file.contains("standardization.mean") && file.contains("standardization.std")) {
     data::Standardization s{file.to_float("standardization.mean"),
