@@ -45,18 +45,22 @@ std::string MetricsLog::plot_loss_curves() const {
   std::ostringstream gp;
   gp << "# Loss curves of the runs in metrics.csv (written by kformer; run: gnuplot "
         "loss_curves.gp)\n"
-     << "set terminal pngcairo size 960,540 font 'sans,11'\n"
+     // noenhanced: run names such as from_scratch are printed as written (no subscripts).
+     << "set terminal pngcairo noenhanced size 960,600 font 'sans,11'\n"
      << "set output '" << directory_ << "/loss_curves.png'\n"
      << "set datafile separator ','\n"
      << "set title 'kformer training: loss per epoch'\n"
-     << "set xlabel 'epoch'\nset ylabel 'loss (log scale)'\nset logscale y\nset grid\nset key "
-        "outside right\n"
+     // The legend below the plot, in rows, so that it covers no curve and leaves the plot its
+     // width.
+     << "set xlabel 'epoch'\nset ylabel 'loss (log scale)'\nset logscale y\nset grid\n"
+     << "set key below horizontal maxcols 2\n"
      << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const std::string filter = "(strcol(1) eq '" + runs[i] + "' ? ";
     gp << (i ? ", \\\n     " : "") << "'" << directory_ << "/metrics.csv' using 2:" << filter
-       << "$3 : NaN) with linespoints title '" << runs[i] << " train', '' using 2:" << filter
-       << "$4 : NaN) with lines dashtype 2 title '" << runs[i] << " validation'";
+       << "$3 : NaN) with linespoints linecolor " << i + 1 << " title '" << runs[i]
+       << " train', '' using 2:" << filter << "$4 : NaN) with lines dashtype 2 linecolor " << i + 1
+       << " title '" << runs[i] << " validation'";  // one colour per run, dashed: validation
   }
   gp << "\n";
   const std::string script = directory_ + "/loss_curves.gp";
