@@ -154,6 +154,7 @@ void command_pretrain(const Space& exec, const DataOptions& d, const ModelOption
   }
   const Evaluation before = trainer.evaluate(exec, sets.validation);
   MetricsLog log(r.output_dir);
+  if (r.resume) log.resume("pretrain", first);  // the epochs before it stay in the metrics
   const Evaluation after = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
                                         t.epochs, "pretrain", r.output_dir, info, log, r);
   std::printf("masked MSE on validation: %.4f before pretraining, %.4f after\n", before.loss,
@@ -211,6 +212,7 @@ void command_finetune(const Space& exec, const DataOptions& d, const ModelOption
     std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
   }
   MetricsLog log(r.output_dir);
+  if (r.resume) log.resume("finetune", first);  // the epochs before it stay in the metrics
   const Evaluation e = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
                                     t.epochs, "finetune", r.output_dir, info, log, r);
   std::printf("%s\ncheckpoint: %s\n", describe(e, task).c_str(), r.output_dir.c_str());

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -15,6 +16,29 @@ MetricsLog::MetricsLog(std::string directory) : directory_(std::move(directory))
 
 void MetricsLog::add(const EpochRecord& record) {
   records_.push_back(record);
+}
+
+void MetricsLog::resume(const std::string& run, int epochs) {
+  std::ifstream in(directory_ + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || j.value("run", "") != run) continue;
+    EpochRecord r;
+    r.run = run;
+    r.epoch = j.value("epoch", 0);
+    if (r.epoch < 1 || r.epoch > epochs) continue;
+    r.train_loss = j.value("train_loss", 0.0);
+    r.validation_loss = j.value("validation_loss", 0.0);
+    r.lr = j.value("lr", 0.0);
+    r.seconds = j.value("seconds", 0.0);
+    for (const char* metric : {"accuracy", "rmse", "masked_mse"})
+      if (j.contains(metric)) {
+        r.metric_name = metric;
+        r.validation_metric = j.value(metric, 0.0);
+      }
+    records_.push_back(r);
+  }
 }
 
 void MetricsLog::write() const {

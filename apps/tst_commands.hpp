@@ -60,10 +60,10 @@ Evaluation train_epochs(const Space& exec, TimeSeriesTransformer<T, Space>& mode
              : task == TstTask::Regression   ? "rmse"
                                              : "masked_mse",
              stats.lr, stats.seconds});
-    log.write();
     info.next_epoch = epoch + 1;
     info.step = trainer.global_step();
     if (!checkpoint_dir.empty()) save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), info);
+    log.write();  // after the checkpoint: the metrics never list an epoch that was not saved
   }
   return last;
 }

@@ -44,4 +44,12 @@ if ! cmp "$work/whole/model.safetensors" "$work/killed/model.safetensors"; then
     "uninterrupted run's" >&2
   exit 1
 fi
-echo "killed during epoch $resumed_at of $epochs, resumed: final checkpoint identical"
+# The metrics keep the epochs before the resume: the same epochs as the uninterrupted run's.
+epochs_of() { cut -d, -f1,2 "$1/metrics.csv"; }
+if [ "$(epochs_of "$work/whole")" != "$(epochs_of "$work/killed")" ]; then
+  echo "FAIL: after the resume metrics.csv lists other epochs than the uninterrupted run's:" >&2
+  diff <(epochs_of "$work/whole") <(epochs_of "$work/killed") >&2
+  exit 1
+fi
+echo "killed during epoch $resumed_at of $epochs, resumed: final checkpoint identical," \
+  "metrics of all $epochs epochs kept"
