@@ -25,7 +25,8 @@ case "$variant" in
 esac
 # Compiles are cached outside the clone (ccache, installed by the bootstrap), so that a fresh clone
 # on a machine that built kformer before recompiles only what changed.
-if command -v ccache >/dev/null; then
+# Host variant only: nvcc_wrapper and hipcc are left as they are.
+if [ "$variant" = host ] && command -v ccache >/dev/null; then
   export CCACHE_DIR=${CCACHE_DIR:-${KFORMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kformer}/ccache}
   # No CCACHE_BASEDIR: it would make __FILE__ relative, which tests use to find their files.
   variant_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
