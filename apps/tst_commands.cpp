@@ -31,8 +31,8 @@ data::SeriesSet load_dataset(const std::string& path, const DataOptions& o,
   }
   if (ends_with(path, ".ts")) {
     data::SeriesSet set = data::read_ts(path);
-    if (!class_names.empty() && set.is_classification() && set.class_names != class_names)
-      fail(where, path, " declares other classes than the training data");
+    if (!class_names.empty() && set.is_classification())
+      set.relabel_classes(class_names, where + ": " + path);
     return set;
   }
   if (ends_with(path, ".csv")) {

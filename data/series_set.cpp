@@ -92,4 +92,26 @@ void SeriesSet::set_max_len(std::int64_t new_max_len) {
   max_len = new_max_len;
 }
 
+void SeriesSet::relabel_classes(const std::vector<std::string>& model_classes,
+                                const std::string& where) {
+  std::vector<std::int32_t> model_index(class_names.size(), -1);
+  std::string unknown;
+  for (std::size_t c = 0; c < class_names.size(); ++c) {
+    const auto found = std::find(model_classes.begin(), model_classes.end(), class_names[c]);
+    if (found == model_classes.end())
+      unknown += (unknown.empty() ? "" : ", ") + class_names[c];
+    else
+      model_index[c] = static_cast<std::int32_t>(found - model_classes.begin());
+  }
+  if (!unknown.empty()) {
+    std::string known;
+    for (const auto& name : model_classes)
+      known += (known.empty() ? "" : ", ") + name;
+    fail(where, "class(es) ", unknown, " are not among the model's classes (", known, ")");
+  }
+  for (auto& label : labels)
+    if (label >= 0) label = model_index[static_cast<std::size_t>(label)];
+  class_names = model_classes;
+}
+
 }  // namespace kformer::data

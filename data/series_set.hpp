@@ -46,6 +46,12 @@ struct SeriesSet {
   // Pads every series with NaN steps up to new_max_len, or cuts longer series to new_max_len
   // steps (their lengths shrink accordingly), so that a test set matches a model's max_len.
   void set_max_len(std::int64_t new_max_len);
+
+  // Re-indexes the labels by `model_classes` (a model's class order), which must name every class
+  // of this set; class_names becomes model_classes. A file may list its classes in another order
+  // than the model's training data, or only some of them. Throws kformer::Error("<where>: ...")
+  // naming the classes the model does not know, and the model's.
+  void relabel_classes(const std::vector<std::string>& model_classes, const std::string& where);
 };
 
 }  // namespace kformer::data

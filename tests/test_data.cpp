@@ -152,6 +152,24 @@ TEST_CASE(".ts: labels without declared names are sorted, and unlabelled files r
   CHECK_FALSE(unlabelled.is_regression());
 }
 
+TEST_CASE("Classes relabelled to a model's order: another order, a subset, an unknown class",
+          "[data][ts]") {
+  // The file lists its classes as walk, run; the model (trained in TST, which sorts labels)
+  // knows run, sit, walk.
+  SeriesSet set =
+      parse_ts("@dimension 1\n@classLabel true walk run\n@data\n1:run\n2:walk\n3:run\n", "x.ts");
+  REQUIRE(set.labels == std::vector<std::int32_t>{1, 0, 1});
+  set.relabel_classes({"run", "sit", "walk"}, "here");
+  CHECK(set.class_names == std::vector<std::string>{"run", "sit", "walk"});
+  CHECK(set.labels == std::vector<std::int32_t>{0, 2, 0});
+
+  SeriesSet other =
+      parse_ts("@dimension 1\n@classLabel true jump walk\n@data\n1:jump\n2:walk\n", "y.ts");
+  CHECK_THROWS_WITH(other.relabel_classes({"run", "sit", "walk"}, "here"),
+                    "here: class(es) jump are not among the model's classes (run, sit, walk)");
+  CHECK(other.labels == std::vector<std::int32_t>{0, 1});  // unchanged on error
+}
+
 TEST_CASE(".ts: malformed files name the file, line and column", "[data][ts][errors]") {
   const std::string header =
       "@problemName Bad\n@univariate false\n@dimensions 2\n@equalLength false\n"

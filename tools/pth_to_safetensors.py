@@ -1,44 +1,71 @@
 #!/usr/bin/python3
 """Convert a PyTorch TST checkpoint into a kformer checkpoint directory.
 
-The input is what torch.save wrote for a TST model (Zerveas et al., KDD 2021): either the model's
-state_dict itself, or a dict holding it under "state_dict", as the TST reference code saves
-({"epoch", "state_dict", "optimizer"}). The output is a kformer checkpoint directory:
+The input is what the TST reference code (gzerveas/mvts_transformer, Zerveas et al., KDD 2021)
+leaves in an experiment directory:
+
+    EXPERIMENT/checkpoints/model_best.pth   {"epoch", "state_dict", "optimizer"} (torch.save)
+    EXPERIMENT/configuration.json           every hyper-parameter of the run
+    EXPERIMENT/normalization.pickle         the standardization (or min-max) of the training data
+
+INPUT is the experiment directory (its checkpoints/model_best.pth is converted) or a .pth file
+(a bare state_dict, TST's dict, a torch.compile'd or DataParallel model); configuration.json and
+normalization.pickle are looked up beside it and in the directory above (where TST puts them),
+or named with --configuration and --normalization. The output is a kformer checkpoint directory:
 
     OUT/model.safetensors   the state dict by TST names (float32, or float64 with --dtype float64;
                             num_batches_tracked as int64 scalars; "_orig_mod." and "module."
-                            prefixes stripped)
+                            prefixes stripped), the standardization, and config.json's text in its
+                            metadata ("checkpoint")
     OUT/config.json         {"format": "kformer-tst/1", "model": {...}, "class_names": [...], ...}
 
 which `kformer predict --checkpoint OUT` and kformer::load_checkpoint read.
 
-Everything the weights show is inferred from them: feat_dim and d_model (project_inp.weight; a
-rank-3 weight is a Conv1d projection and gives its kernel size), num_layers and dim_feedforward
-(the transformer_encoder.layers.*), BatchNorm or LayerNorm (running_mean keys present or not),
-max_len (pos_enc.pe, or the classifier's output layer: (n_out, d_model * max_len)), and the task
-(an output layer of shape (feat_dim, d_model) is imputation, (n_out, d_model * max_len) is
-classification or regression). Whether pos_enc.pe is TST's fixed sinusoid table or a learned one
-is read from its values unless --pos-encoding says. What the weights cannot show comes from flags:
---heads (required), --activation, --dropout, --task when classification and regression cannot
-be told apart, --class-names, and --max-len for an imputation model without an encoding table.
-Inconsistent inputs (missing, unexpected or mis-shaped keys, flags the weights contradict) stop
-the conversion with one message listing every problem, before anything is written.
+What the weights show is read from them: feat_dim and d_model (project_inp.weight; a rank-3
+weight is a Conv1d projection and gives its kernel size), num_layers and dim_feedforward (the
+transformer_encoder.layers.*), BatchNorm or LayerNorm (running_mean keys present or not), max_len
+(pos_enc.pe, or the classifier's output layer: (n_out, d_model * max_len)), and the task (an
+output layer of shape (feat_dim, d_model) is imputation, (n_out, d_model * max_len) is
+classification or regression). What they cannot show (the heads, the activation, the dropout,
+classification or regression) comes from configuration.json, or from flags where there is none;
+a flag that contradicts configuration.json or the weights is refused, and so is a missing value
+that would otherwise be guessed (without configuration.json: --heads and --activation are needed).
+The class names of a classification model are TST's: the labels of its training data (the first
+.ts file of configuration.json's data_dir matching its pattern) sorted as strings, as pandas'
+categories order them; --class-names gives them when the data are not at hand.
 
-The optimizer state of a TST checkpoint is not converted (kformer starts a fresh optimizer).
+TST's normalization becomes kformer's standardization x -> (x - mean) / std: "standardization"
+gives mean and std + eps, "minmax" gives min and max - min + eps (eps = 2.2e-16, as TST adds);
+a run without normalization (configuration.json's null, or --no-normalization) gives mean 0, std 1.
+TST's per-sample normalizations are not stored by TST and have no kformer equivalent: refused.
+Reading normalization.pickle needs pandas (its values are pandas Series; Debian: python3-pandas).
 
-Only Debian's python3-torch and numpy are needed. Run it with Debian's Python:
+A fixed positional encoding is recomputed by kformer in double precision; TST's stored float32
+table differs from it by float32 rounding (up to ~1e-5 at positions in the thousands). The
+converter prints the largest difference; --keep-table stores TST's table as a learnable encoding
+instead, which reproduces TST's numbers exactly (and is trained if the model is fine-tuned).
 
-    /usr/bin/python3 tools/pth_to_safetensors.py model_best.pth out/ --heads 8
-    /usr/bin/python3 tools/pth_to_safetensors.py model_last.pth out/ --heads 8 --activation relu \\
-        --task classification --class-names walking,running,cycling
+Inconsistent inputs (missing, unexpected or mis-shaped keys, flags the weights or the
+configuration contradict) stop the conversion with one message listing every problem, before
+anything is written. The optimizer state of a TST checkpoint is not converted (kformer starts a
+fresh optimizer).
+
+Only Debian's python3-torch, numpy and (for normalization.pickle) python3-pandas are needed. Run
+it with Debian's Python:
+
+    /usr/bin/python3 tools/pth_to_safetensors.py EXPERIMENT OUT
+    /usr/bin/python3 tools/pth_to_safetensors.py model_last.pth OUT --heads 8 --activation relu \\
+        --task classification --class-names walking,running,cycling --normalization norm.pickle
     /usr/bin/python3 tools/pth_to_safetensors.py --help
 
 The input is unpickled with an unpickler that refuses to import anything but tensors, dtypes and
 OrderedDict (what torch.load(weights_only=True) allows; its own unpickler in PyTorch 1.13 cannot
-read the optimizer state that TST checkpoints hold). --trust-pickle loads a full pickle (only for
-files you trust), which also accepts a torch.save'd nn.Module whose class can be imported.
+read the optimizer state that TST checkpoints hold); normalization.pickle with one that allows only
+numpy arrays and pandas' Series and Index. --trust-pickle loads full pickles (only for files you
+trust), which also accepts a torch.save'd nn.Module whose class can be imported.
 """
 import argparse
+import glob
 import json
 import math
 import os
@@ -74,6 +101,16 @@ def fixed_table(max_len, d_model):
     pe = torch.zeros(max_len, d_model)
     position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
     div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def exact_fixed_table(max_len, d_model):
+    """The same sinusoids in double precision, as kformer computes them."""
+    position = torch.arange(0, max_len, dtype=torch.float64).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
     return pe
@@ -159,6 +196,142 @@ def load_state_dict(path, trust_pickle):
     return obj, epoch
 
 
+def experiment_files(args):
+    """The .pth to convert and the configuration.json and normalization.pickle that go with it
+    (None where there is none): named by flags, else looked up beside the .pth and one directory up
+    (TST writes EXPERIMENT/checkpoints/model_best.pth beside EXPERIMENT/configuration.json)."""
+    if os.path.isdir(args.input):
+        pth = os.path.join(args.input, "checkpoints", "model_best.pth")
+        if not os.path.isfile(pth):
+            raise ConversionError(f"{args.input} is a directory without checkpoints/model_best.pth (a TST experiment"
+                                  " directory has one): give the .pth file to convert")
+        places = [args.input]
+    else:
+        pth = args.input
+        here = os.path.dirname(os.path.abspath(pth))
+        places = [here, os.path.dirname(here)]
+
+    def find(name, given, flag):
+        if given is not None:
+            if not os.path.isfile(given):
+                raise ConversionError(f"{flag} {given}: no such file")
+            return given
+        for place in places:
+            candidate = os.path.join(place, name)
+            if os.path.isfile(candidate):
+                return candidate
+        return None
+
+    configuration = find("configuration.json", args.configuration, "--configuration")
+    normalization = None if args.no_normalization else find("normalization.pickle", args.normalization,
+                                                            "--normalization")
+    return pth, configuration, normalization
+
+
+def read_configuration(path):
+    """TST's configuration.json (the run's argparse options as a dict)."""
+    try:
+        with open(path) as f:
+            configuration = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConversionError(f"{path}: cannot be read as JSON: {e}")
+    if not isinstance(configuration, dict):
+        raise ConversionError(f"{path}: expected a JSON object of TST's options, got {type(configuration).__name__}")
+    return configuration
+
+
+class _NormalizationUnpickler(pickle.Unpickler):
+    """Allows what TST's normalization.pickle holds (a dict of str, None, numpy arrays and pandas
+    Series with their Index) and nothing else: no other module's code runs."""
+    ALLOWED_MODULES = ("numpy", "numpy.core.multiarray", "numpy._core.multiarray", "numpy.core.numeric",
+                       "numpy._core.numeric", "pandas.core.series", "pandas.core.indexes.base",
+                       "pandas.core.indexes.range", "pandas.core.indexes.numeric", "pandas.core.internals.managers",
+                       "pandas.core.internals.blocks", "pandas._libs.internals", "pandas.core.internals",
+                       "pandas._libs.lib", "pandas.core.arrays.numpy_", "builtins", "copyreg", "_codecs")
+    ALLOWED_BUILTINS = {"slice", "object", "tuple", "list", "dict", "range", "complex", "float", "int", "str", "bytes",
+                        "bytearray"}
+
+    def find_class(self, module, name):
+        if module not in self.ALLOWED_MODULES or (module == "builtins" and name not in self.ALLOWED_BUILTINS):
+            raise pickle.UnpicklingError(f"the file pickles {module}.{name}, which is not a number array")
+        return super().find_class(module, name)
+
+
+def read_normalization(path, trust_pickle, feat_dim):
+    """TST's normalization.pickle (its Normalizer.__dict__) as kformer's (mean, std) per feature."""
+    try:
+        with open(path, "rb") as f:
+            norm = pickle.load(f) if trust_pickle else _NormalizationUnpickler(f).load()
+    except ModuleNotFoundError as e:
+        raise ConversionError(f"{path}: reading it needs the module {e.name} (TST pickles pandas Series;"
+                              " Debian: apt install python3-pandas)")
+    except Exception as e:
+        raise ConversionError(f"{path}: cannot be unpickled: {e}")
+    if not isinstance(norm, dict) or "norm_type" not in norm:
+        raise ConversionError(f"{path}: expected TST's Normalizer state, a dict with 'norm_type', got"
+                              f" {type(norm).__name__}")
+    kind = norm["norm_type"]
+
+    def values(key):
+        v = norm.get(key)
+        if v is None:
+            raise ConversionError(f"{path}: norm_type {kind!r} but no {key!r} values")
+        a = np.asarray(getattr(v, "values", v), dtype=np.float64).reshape(-1)
+        if a.size != feat_dim:
+            raise ConversionError(f"{path}: {key!r} has {a.size} values, the model has feat_dim = {feat_dim}")
+        if not np.all(np.isfinite(a)):
+            raise ConversionError(f"{path}: {key!r} holds NaN or infinite values")
+        return a
+
+    eps = np.finfo(float).eps  # TST divides by std + eps (and max - min + eps)
+    if kind == "standardization":
+        mean, std = values("mean"), values("std") + eps
+    elif kind == "minmax":
+        mean = values("min_val")
+        std = values("max_val") - mean + eps
+    else:
+        raise ConversionError(f"{path}: norm_type {kind!r}: kformer standardizes with statistics of the training"
+                              " data (TST's 'standardization' and 'minmax'); per-sample normalizations are not"
+                              " stored and have no kformer equivalent")
+    if not np.all(std > 0):
+        raise ConversionError(f"{path}: the normalization's scale is not positive for feature(s)"
+                              f" {np.flatnonzero(std <= 0).tolist()}")
+    return mean, std, kind
+
+
+def ts_labels(path):
+    """The class labels of a .ts file's series (the text after each data line's last ':')."""
+    labels = []
+    in_data = False
+    with open(path, encoding="utf-8-sig") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if not in_data:
+                in_data = line.lower().startswith("@data")
+                continue
+            labels.append(line.rsplit(":", 1)[-1].strip())
+    return labels
+
+
+def training_class_names(configuration):
+    """TST's class order for a classification run: the labels of its training .ts file sorted as
+    strings (pandas' categories), or None with the reason when the file is not at hand."""
+    data_dir, pattern = configuration.get("data_dir"), configuration.get("pattern")
+    if not data_dir or not os.path.isdir(data_dir):
+        return None, f"configuration.json's data_dir {data_dir!r} is not a directory here"
+    paths = sorted(p for p in glob.glob(os.path.join(data_dir, "*"))
+                   if (pattern is None or re.search(pattern, p)) and os.path.isfile(p) and p.endswith(".ts"))
+    if not paths:
+        return None, f"no .ts file in {data_dir} matches configuration.json's pattern {pattern!r}"
+    sets = {p: sorted(set(ts_labels(p))) for p in paths}
+    if len({tuple(v) for v in sets.values()}) != 1:
+        return None, (f"the .ts files of {data_dir} matching {pattern!r} have different classes"
+                      f" ({', '.join(os.path.basename(p) for p in paths)})")
+    return sets[paths[0]], None
+
+
 def strip_prefixes(state):
     """Drops torch.compile's "_orig_mod." and DataParallel's "module." prefixes (also nested)."""
     out = {}
@@ -176,14 +349,86 @@ def strip_prefixes(state):
     return out
 
 
+# configuration.json's options that the converter reads, as (TST name, converter flag, TST value ->
+# converter value).
+CONFIGURATION_OPTIONS = (
+    ("num_heads", "heads", int),
+    ("activation", "activation", str),
+    ("dropout", "dropout", float),
+    ("pos_encoding", "pos_encoding", str),
+    ("task", "task", str),
+)
+
+
+def resolve_settings(args, configuration, configuration_path):
+    """args with what configuration.json says filled in: a flag that contradicts it is a problem,
+    and so is a value that neither gives where the weights cannot show it. Returns (settings,
+    problems)."""
+    settings = argparse.Namespace(**vars(args))
+    problems = []
+    if configuration is not None:
+        where = os.path.basename(configuration_path)
+        if configuration.get("model", "transformer") != "transformer":
+            problems.append(f"{where}: model {configuration.get('model')!r}: only TST's transformer converts")
+        if configuration.get("task") == "transduction":
+            problems.append(f"{where}: task 'transduction': kformer runs TST's imputation, classification and"
+                            " regression models")
+        for key, flag, kind in CONFIGURATION_OPTIONS:
+            value = configuration.get(key)
+            if value is None:
+                continue
+            value = kind(value)
+            given = getattr(args, flag)
+            if given is not None and given != value:
+                problems.append(f"--{flag.replace('_', '-')} {given} contradicts {where}'s {key} {value}")
+            setattr(settings, flag, value)
+    if settings.heads is None or settings.activation is None:
+        missing = " and ".join(f for f, v in (("--heads N", settings.heads), ("--activation gelu|relu",
+                                                                             settings.activation)) if v is None)
+        problems.append(f"the weights do not show the attention heads or the activation and there is no TST"
+                        f" configuration.json beside the checkpoint (nor --configuration): pass {missing}")
+    if settings.activation is not None and settings.activation not in ("gelu", "relu"):
+        problems.append(f"activation {settings.activation!r}: expected gelu or relu")
+    if settings.dropout is None:
+        settings.dropout = 0.1
+        print("note: no dropout in configuration.json or --dropout: 0.1 for further training (TST's default;"
+              " it does not change inference)", file=sys.stderr)
+    if settings.keep_table:
+        if settings.pos_encoding not in (None, "fixed", "learnable"):
+            problems.append(f"--keep-table with pos_encoding {settings.pos_encoding!r}: there is no table to keep")
+        settings.pos_encoding = "learnable"
+    return settings, problems
+
+
+def check_against_configuration(config, configuration, configuration_path):
+    """What configuration.json says about the architecture must be what the weights show."""
+    if configuration is None:
+        return []
+    where = os.path.basename(configuration_path)
+    problems = []
+    for key, ours in (("d_model", "d_model"), ("dim_feedforward", "dim_feedforward"), ("num_layers", "num_layers")):
+        if configuration.get(key) is not None and int(configuration[key]) != config[ours]:
+            problems.append(f"{where}'s {key} {configuration[key]} contradicts the weights' {config[ours]}")
+    norm = {"BatchNorm": "batchnorm", "LayerNorm": "layernorm"}.get(configuration.get("normalization_layer"))
+    if norm is not None and norm != config["normalization_layer"]:
+        problems.append(f"{where}'s normalization_layer {configuration['normalization_layer']} contradicts the"
+                        f" weights ({config['normalization_layer']})")
+    for key in ("max_seq_len", "data_window_len"):
+        if configuration.get(key) is not None and int(configuration[key]) != config["max_len"]:
+            problems.append(f"{where}'s {key} {configuration[key]} contradicts the weights' max_len"
+                            f" {config['max_len']}")
+            break
+    return problems
+
+
 def shape_text(shape):
     return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
-def infer_config(state, args):
-    """The kformer TstConfig (as its JSON dict) and the class names, from the weights and flags.
-    Raises ConversionError listing every problem found."""
-    problems = []
+def infer_config(state, args, problems):
+    """The kformer TstConfig (as its JSON dict) and the class names, from the weights and the
+    settings (resolve_settings). Raises ConversionError listing every problem found, those in
+    `problems` included."""
 
     def need(cond, message):
         if not cond:
@@ -260,7 +505,8 @@ def infer_config(state, args):
 
     # --- heads, activation, dropout ------------------------------------------------------------------
     heads = args.heads
-    need(heads >= 1 and d_model % heads == 0, f"--heads {heads} must divide d_model = {d_model}")
+    need(heads is None or (heads >= 1 and d_model % heads == 0),
+         f"the attention heads ({heads}) must divide d_model = {d_model}")
     need(0.0 <= args.dropout < 1.0, f"--dropout must be in [0, 1), got {args.dropout}")
 
     # --- positional encoding and max_len ------------------------------------------------------------
@@ -289,6 +535,12 @@ def infer_config(state, args):
                                 " is it a learnable encoding (--pos-encoding learnable)?")
             elif pos_encoding == "none":
                 problems.append("--pos-encoding none, but the state_dict has pos_enc.pe")
+            if pos_encoding == "fixed" and looks_fixed:
+                exact = float((pe.detach().reshape(table_len, d_model).double() -
+                               exact_fixed_table(table_len, d_model)).abs().max())
+                print(f"note: kformer recomputes the fixed encoding in double precision; TST's stored float32 table"
+                      f" differs from it by up to {exact:.3g} (--keep-table keeps TST's table instead)",
+                      file=sys.stderr)
     else:
         if pos_encoding is None:
             pos_encoding = "none"
@@ -346,6 +598,7 @@ def infer_config(state, args):
         need(max_len >= 1, f"max_len must be at least 1, got {max_len}")
 
     class_names = []
+    training_classes, no_training_classes = getattr(args, "training_classes", (None, None))
     if args.class_names:
         class_names = [c.strip() for c in args.class_names.split(",")]
         if task != "classification":
@@ -354,9 +607,19 @@ def infer_config(state, args):
             problems.append(f"--class-names names {len(class_names)} classes, output_layer has {num_outputs} outputs")
         elif len(set(class_names)) != len(class_names) or not all(class_names):
             problems.append("--class-names must be distinct and non-empty")
+        elif training_classes is not None and class_names != training_classes:
+            problems.append(f"--class-names {','.join(class_names)} contradicts TST's class order from its training"
+                            f" data: {','.join(training_classes)}")
     elif task == "classification":
-        class_names = [str(i) for i in range(num_outputs)]
-        print(f"note: no --class-names; the classes are named 0..{num_outputs - 1}", file=sys.stderr)
+        if training_classes is None:
+            why = f" ({no_training_classes})" if no_training_classes else " (no TST configuration.json to find them)"
+            problems.append(f"the class names cannot be read{why}: pass --class-names in TST's label order (the"
+                            " training labels sorted as strings, as pandas orders categories)")
+        elif len(training_classes) != num_outputs:
+            problems.append(f"the training data have {len(training_classes)} classes"
+                            f" ({','.join(training_classes)}), output_layer has {num_outputs} outputs")
+        else:
+            class_names = training_classes
 
     # --- anything else is unexpected --------------------------------------------------------------
     known = {"project_inp.weight", "project_inp.bias", "output_layer.weight", "output_layer.bias", "pos_enc.pe"}
@@ -424,10 +687,39 @@ def write_atomic(path, writer):
         raise
 
 
-def convert(state, epoch, args, source):
+def convert(state, epoch, args, source, configuration=None, configuration_path=None, normalization_path=None):
     """Writes the checkpoint directory args.output; returns the model config."""
     state = strip_prefixes(state)
-    config, class_names = infer_config(state, args)
+    settings, problems = resolve_settings(args, configuration, configuration_path)
+    if configuration is not None and configuration.get("task") == "classification":
+        settings.training_classes = training_class_names(configuration)
+    config, class_names = infer_config(state, settings, problems)
+    problems = check_against_configuration(config, configuration, configuration_path)
+
+    # The standardization: normalization.pickle, none (configuration.json or --no-normalization), or refused.
+    feat_dim = config["feat_dim"]
+    tst_normalization = configuration.get("normalization", "standardization") if configuration else None
+    if normalization_path is not None:
+        mean, std, kind = read_normalization(normalization_path, args.trust_pickle, feat_dim)
+        if tst_normalization is not None and kind != tst_normalization:
+            problems.append(f"{normalization_path} holds a {kind} normalization, configuration.json says"
+                            f" {tst_normalization}")
+        print(f"note: {kind} from {normalization_path}", file=sys.stderr)
+    elif args.no_normalization or (configuration is not None and tst_normalization is None):
+        if tst_normalization is not None:
+            problems.append(f"--no-normalization, but configuration.json says the data were normalized"
+                            f" ({tst_normalization})")
+        mean, std = np.zeros(feat_dim), np.ones(feat_dim)
+    elif tst_normalization is not None and tst_normalization.startswith("per_sample"):
+        problems.append(f"configuration.json's normalization {tst_normalization}: per-sample normalizations have"
+                        " no kformer equivalent")
+    else:
+        norm_from = configuration.get("norm_from") if configuration else None
+        hint = f" (configuration.json's norm_from {norm_from!r} is not a file here)" if norm_from else ""
+        problems.append(f"no normalization.pickle beside the checkpoint{hint}: pass --normalization FILE, or"
+                        " --no-normalization for a model trained on raw values")
+    if problems:
+        raise ConversionError("the checkpoint cannot be converted:\n  " + "\n  ".join(problems))
     dtype = np.dtype("<f8") if args.dtype == "float64" else np.dtype("<f4")
     arrays = {}
     for key, value in state.items():
@@ -443,13 +735,15 @@ def convert(state, epoch, args, source):
     existing = [p for p in (weights, config_path) if os.path.exists(p)]
     if existing and not args.force:
         raise ConversionError(f"{', '.join(existing)} already exist(s): pass --force to replace")
+    arrays["standardization.mean"] = mean.astype("<f4")
+    arrays["standardization.std"] = std.astype("<f4")
+    info = {"format": FORMAT, "model": config, "class_names": class_names, "next_epoch": 0, "step": 0,
+            "has_optimizer": False}
     metadata = {"format": FORMAT, "config": json.dumps(config, indent=2), "converted_from": os.path.basename(source),
-                "converted_by": "tools/pth_to_safetensors.py"}
+                "converted_by": "tools/pth_to_safetensors.py", "checkpoint": json.dumps(info, indent=2) + "\n"}
     if epoch is not None:
         metadata["source_epoch"] = str(epoch)
     write_atomic(weights, lambda p: write_safetensors(p, arrays, metadata))
-    info = {"format": FORMAT, "model": config, "class_names": class_names, "next_epoch": 0, "step": 0,
-            "has_optimizer": False}
 
     def write_config(p):
         with open(p, "w") as f:
@@ -461,21 +755,36 @@ def convert(state, epoch, args, source):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
-        description="Convert a PyTorch TST checkpoint (.pth) into a kformer checkpoint directory "
-                    "(model.safetensors + config.json).",
-        epilog="Example: /usr/bin/python3 tools/pth_to_safetensors.py model_best.pth ckpt/ --heads 8")
-    p.add_argument("input", help="torch.save'd state_dict, or a dict holding it under 'state_dict' (TST's .pth)")
+        description="Convert a PyTorch TST checkpoint (a TST experiment directory or a .pth) into a kformer"
+                    " checkpoint directory (model.safetensors + config.json).",
+        epilog="Example: /usr/bin/python3 tools/pth_to_safetensors.py EXPERIMENT OUT  (EXPERIMENT: the directory"
+               " TST's main.py made, with checkpoints/model_best.pth, configuration.json, normalization.pickle)")
+    p.add_argument("input", help="a TST experiment directory (its checkpoints/model_best.pth), or a torch.save'd"
+                                 " state_dict or dict holding it under 'state_dict' (TST's .pth)")
     p.add_argument("output", help="checkpoint directory to write (created if missing)")
-    p.add_argument("--heads", type=int, required=True, help="attention heads (the weights do not show them)")
-    p.add_argument("--activation", choices=("gelu", "relu"), default="gelu", help="default gelu (TST's default)")
+    p.add_argument("--configuration", default=None,
+                   help="TST's configuration.json (default: beside the .pth or one directory up)")
+    p.add_argument("--normalization", default=None,
+                   help="TST's normalization.pickle (default: beside the .pth or one directory up)")
+    p.add_argument("--no-normalization", action="store_true",
+                   help="the model was trained on raw values (a standardization of mean 0, std 1)")
+    p.add_argument("--heads", type=int, default=None,
+                   help="attention heads: needed without configuration.json (the weights do not show them)")
+    p.add_argument("--activation", choices=("gelu", "relu"), default=None,
+                   help="needed without configuration.json (the weights do not show it)")
     p.add_argument("--pos-encoding", choices=("fixed", "learnable", "none"), default=None,
-                   help="default: read from pos_enc.pe (TST's sinusoid table: fixed; other values: learnable;"
-                        " absent: none)")
+                   help="default: configuration.json's, else read from pos_enc.pe (TST's sinusoid table: fixed;"
+                        " other values: learnable; absent: none)")
+    p.add_argument("--keep-table", action="store_true",
+                   help="store a fixed encoding's float32 table as a learnable encoding (TST's exact numbers)")
     p.add_argument("--task", choices=("imputation", "classification", "regression"), default=None,
-                   help="default: imputation for an output layer (feat_dim, d_model); regression for one output;"
-                        " needed otherwise unless --class-names is given")
-    p.add_argument("--class-names", default=None, help="comma-separated class names in label order (classification)")
-    p.add_argument("--dropout", type=float, default=0.1, help="dropout for further training (default 0.1)")
+                   help="default: configuration.json's, else imputation for an output layer (feat_dim, d_model);"
+                        " regression for one output; needed otherwise unless --class-names is given")
+    p.add_argument("--class-names", default=None,
+                   help="comma-separated class names in label order (default: from the training data that"
+                        " configuration.json names)")
+    p.add_argument("--dropout", type=float, default=None,
+                   help="dropout for further training (default: configuration.json's, else 0.1)")
     p.add_argument("--max-len", type=int, default=None,
                    help="padded length, only needed for an imputation model without a pos_enc.pe table")
     p.add_argument("--conv-dilation", type=int, default=1, help="dilation of a Conv1d projection (default 1)")
@@ -483,21 +792,31 @@ def parse_args(argv=None):
     p.add_argument("--force", action="store_true", help="replace an existing model.safetensors / config.json")
     p.add_argument("--trust-pickle", action="store_true",
                    help="unpickle arbitrary objects (plain torch.load): only for files you trust")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.no_normalization and args.normalization:
+        p.error("--no-normalization and --normalization exclude each other")
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     try:
-        state, epoch = load_state_dict(args.input, args.trust_pickle)
-        config = convert(state, epoch, args, args.input)
+        pth, configuration_path, normalization_path = experiment_files(args)
+        configuration = read_configuration(configuration_path) if configuration_path else None
+        if configuration_path:
+            print(f"note: hyper-parameters from {configuration_path}", file=sys.stderr)
+            norm_from = configuration.get("norm_from")  # TST read the normalization from there
+            if normalization_path is None and not args.no_normalization and norm_from and os.path.isfile(norm_from):
+                normalization_path = norm_from
+        state, epoch = load_state_dict(pth, args.trust_pickle)
+        config = convert(state, epoch, args, pth, configuration, configuration_path, normalization_path)
     except ConversionError as e:
         print(f"pth_to_safetensors: error: {e}", file=sys.stderr)
         return 2
     summary = ", ".join(f"{k} {config[k]}" for k in ("task", "feat_dim", "max_len", "d_model", "n_heads", "num_layers",
                                                        "dim_feedforward", "normalization_layer", "pos_encoding",
                                                        "projection", "activation"))
-    print(f"wrote {args.output}: {summary}")
+    print(f"wrote {args.output}: {summary}" + (f" (epoch {epoch} of {pth})" if epoch is not None else ""))
     return 0
 
 
