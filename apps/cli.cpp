@@ -72,6 +72,21 @@ void add_training_options(CLI::App* cmd, TrainCliOptions& t) {
                 "stop at the first layer that produces a NaN or Inf, naming it (slower)");
 }
 
+// Best-epoch selection and early stopping; `keep` is this command's default.
+void add_best_epoch_options(CLI::App* cmd, BestEpochOptions& b, bool& keep) {
+  cmd->add_flag("--keep-best,!--no-keep-best", keep,
+                std::string("save the epoch with the best validation metric to OUTPUT_DIR/best "
+                            "(TST's model_best.pth; default ") +
+                    (keep ? "on" : "off") + ")");
+  cmd->add_option("--key-metric", b.metric,
+                  "validation metric that defines the best epoch: loss or accuracy "
+                  "(classification)")
+      ->check(CLI::IsMember({"loss", "accuracy"}));
+  cmd->add_option("--patience", b.patience,
+                  "stop after this many epochs without a better validation metric (0: never)")
+      ->check(CLI::NonNegativeNumber);
+}
+
 }  // namespace
 
 Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const char* const* argv) {
@@ -98,6 +113,8 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
       ->default_val("kformer-out/pretrain");
   pretrain->add_flag("--resume", o.run.resume, "continue from the checkpoint in --output-dir");
   pretrain->add_flag("--overwrite", o.run.overwrite, "replace a checkpoint in --output-dir");
+  bool keep_best_pretrain = false, keep_best_finetune = true;  // as TST: fine-tuning keeps it
+  add_best_epoch_options(pretrain, o.run.best, keep_best_pretrain);
 
   auto* finetune =
       app.add_subcommand("finetune", "classification or regression, from scratch or pretrained");
@@ -112,6 +129,7 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
       ->default_val("kformer-out/finetune");
   finetune->add_flag("--resume", o.run.resume, "continue from the checkpoint in --output-dir");
   finetune->add_flag("--overwrite", o.run.overwrite, "replace a checkpoint in --output-dir");
+  add_best_epoch_options(finetune, o.run.best, keep_best_finetune);
 
   auto* evaluate = app.add_subcommand("evaluate", "loss and metrics of a checkpoint on a dataset");
   evaluate->add_option("--checkpoint", o.checkpoint, "checkpoint directory")->required();
@@ -155,6 +173,7 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
 
   app.parse(argc, argv);
   o.run.progress = !o.no_progress;
+  o.run.best.keep = *pretrain ? keep_best_pretrain : *finetune && keep_best_finetune;
   o.encode.precision = o.precision;
 
   if (*info) return Command::Info;

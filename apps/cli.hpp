@@ -52,11 +52,20 @@ struct TrainCliOptions {
   bool check_finite = false;
 };
 
+// Which epoch's model a training run keeps besides the last one, as TST's model_best.pth, and
+// when it stops early.
+struct BestEpochOptions {
+  bool keep = false;            // the best epoch's model to <output_dir>/best
+  std::string metric = "loss";  // "loss" (lowest validation loss) or "accuracy" (highest)
+  int patience = 0;             // stop after this many epochs without improvement (0: never)
+};
+
 struct RunOptions {
   std::string output_dir;
   bool progress = true;  // a redrawn bar on a terminal, plain lines otherwise
   bool resume = false;
   bool overwrite = false;  // replace a checkpoint already in output_dir (else refused)
+  BestEpochOptions best;
 };
 
 struct EncodeOptions {

@@ -133,6 +133,7 @@ template <class T, class Space>
 void command_pretrain(const Space& exec, const DataOptions& d, const ModelOptions& m,
                       const TrainCliOptions& t, const RunOptions& r) {
   const TrainingOptions training = training_options(t);
+  check_key_metric(r, TstTask::Imputation);
   Datasets sets = load_train_validation(d, training.seed);
   print_data("training data", sets.train);
   print_data("validation data", sets.validation);
@@ -155,10 +156,10 @@ void command_pretrain(const Space& exec, const DataOptions& d, const ModelOption
   const Evaluation before = trainer.evaluate(exec, sets.validation);
   MetricsLog log(r.output_dir);
   if (r.resume) log.resume("pretrain", first);  // the epochs before it stay in the metrics
-  const Evaluation after = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
-                                        t.epochs, "pretrain", r.output_dir, info, log, r);
+  const EpochsResult after = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
+                                          t.epochs, "pretrain", r.output_dir, info, log, r);
   std::printf("masked MSE on validation: %.4f before pretraining, %.4f after\n", before.loss,
-              after.loss);
+              after.last.loss);
   std::printf("checkpoint: %s\n", r.output_dir.c_str());
 }
 
@@ -174,6 +175,7 @@ void command_finetune(const Space& exec, const DataOptions& d, const ModelOption
           ? TstTask::Regression
           : throw Error(
                 "kformer finetune: the data has neither class labels nor regression targets");
+  check_key_metric(r, task);
   print_data("training data", sets.train);
   print_data("validation data", sets.validation);
   TstConfig config = model_config(m, sets.train, task);
@@ -213,9 +215,10 @@ void command_finetune(const Space& exec, const DataOptions& d, const ModelOption
   }
   MetricsLog log(r.output_dir);
   if (r.resume) log.resume("finetune", first);  // the epochs before it stay in the metrics
-  const Evaluation e = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
-                                    t.epochs, "finetune", r.output_dir, info, log, r);
-  std::printf("%s\ncheckpoint: %s\n", describe(e, task).c_str(), r.output_dir.c_str());
+  const EpochsResult e = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
+                                      t.epochs, "finetune", r.output_dir, info, log, r);
+  std::printf("%s\ncheckpoint: %s%s\n", describe(e.last, task).c_str(), r.output_dir.c_str(),
+              r.best.keep ? " (last epoch), best epoch's in its best/" : "");
 }
 
 // A model and its data from a checkpoint directory, for evaluate / embed.
@@ -405,10 +408,10 @@ void command_demo(const Space& exec, const RunOptions& r, std::uint64_t seed) {
   CheckpointInfo info;
   info.standardization = standardization;
   const std::string pretrained = r.output_dir + "/pretrained";
-  const Evaluation after = train_epochs(exec, imputer, pretrainer, train, test, 0, pretrain_epochs,
-                                        "pretrain", pretrained, info, log, r);
+  const EpochsResult after = train_epochs(exec, imputer, pretrainer, train, test, 0,
+                                          pretrain_epochs, "pretrain", pretrained, info, log, r);
   std::printf("masked MSE on the test set: %.4f before pretraining, %.4f after\n", before.loss,
-              after.loss);
+              after.last.loss);
 
   std::vector<DemoResult> results;
   const auto classify = [&](const std::string& name, const std::string& pos_encoding,
@@ -427,10 +430,10 @@ void command_demo(const Space& exec, const RunOptions& r, std::uint64_t seed) {
     CheckpointInfo ci;
     ci.standardization = standardization;
     ci.class_names = train.class_names;
-    const Evaluation e = train_epochs(exec, model, trainer, train, test, 0, finetune_epochs, name,
-                                      r.output_dir + "/" + name, ci, log, r);
+    const EpochsResult e = train_epochs(exec, model, trainer, train, test, 0, finetune_epochs, name,
+                                        r.output_dir + "/" + name, ci, log, r);
     results.push_back(
-        {name, e.accuracy,
+        {name, e.last.accuracy,
          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
   };
   classify("finetuned", "fixed", true);

@@ -41,6 +41,13 @@ void MetricsLog::resume(const std::string& run, int epochs) {
   }
 }
 
+std::vector<EpochRecord> MetricsLog::records_of(const std::string& run) const {
+  std::vector<EpochRecord> out;
+  for (const auto& r : records_)
+    if (r.run == run) out.push_back(r);
+  return out;
+}
+
 void MetricsLog::write() const {
   std::ostringstream jsonl, csv;
   csv.precision(8);

@@ -25,6 +25,8 @@ class MetricsLog {
   // A resumed run: takes back the records of `run`'s epochs 1..epochs from the directory's
   // metrics.jsonl, so that the files written next still hold the epochs before the resume.
   void resume(const std::string& run, int epochs);
+  // The records of `run` added so far (the resumed ones included), in epoch order.
+  std::vector<EpochRecord> records_of(const std::string& run) const;
   // Rewrites metrics.jsonl and metrics.csv with everything added so far.
   void write() const;
   // Writes loss_curves.gp and runs gnuplot on it to make loss_curves.png; returns the PNG's path,
