@@ -372,93 +372,176 @@ void command_generate_data(const std::string& directory, std::uint64_t seed) {
 
 // --- the default job -----------------------------------------------------------------------------
 
-struct DemoResult {
-  std::string name;
-  double accuracy = 0;
+// The default job is the TST paper's case for masked-value pretraining: many unlabelled series,
+// few labels. A model is pretrained on the values of a pool of generated series; then, for each
+// seed, a small stratified part of the pool gets its labels, and the pretrained model fine-tuned
+// on it is compared with the same classifier trained from scratch on it, with and without
+// positional encoding. Each classifier keeps its best epoch on a validation quarter of the
+// labelled part (as TST's model_best.pth) and is scored on the test set.
+constexpr std::int64_t kDemoPool = 2400;          // series; pretraining reads all their values
+constexpr double kDemoLabelledFraction = 0.2;     // of the pool, given their labels
+constexpr double kDemoValidationFraction = 0.25;  // of those, to choose the best epoch
+constexpr int kDemoSeeds = 3, kDemoPretrainEpochs = 8, kDemoFinetuneEpochs = 30;
+
+struct DemoRow {
+  std::string run, label;
+  std::vector<double> accuracy;  // per seed
+  std::vector<int> kept_epoch;   // per seed
   double seconds = 0;
 };
 
+// Mean and sample standard deviation.
+std::pair<double, double> mean_and_sd(const std::vector<double>& v) {
+  double mean = 0, ss = 0;
+  for (const double x : v)
+    mean += x / double(v.size());
+  for (const double x : v)
+    ss += (x - mean) * (x - mean);
+  return {mean, v.size() > 1 ? std::sqrt(ss / double(v.size() - 1)) : 0.0};
+}
+
 template <class T, class Space>
 void command_demo(const Space& exec, const RunOptions& r, std::uint64_t seed) {
-  const auto start = std::chrono::steady_clock::now();
+  using clock = std::chrono::steady_clock;
+  const auto seconds_since = [](clock::time_point t) {
+    return std::chrono::duration<double>(clock::now() - t).count();
+  };
+  const auto start = clock::now();
   std::printf("\n== data: generated (data/README.md), seed %llu\n",
               static_cast<unsigned long long>(seed));
-  auto sets = data::generate_default_datasets(seed);
-  data::SeriesSet& train = sets.classification_train;
-  data::SeriesSet& test = sets.classification_test;
-  print_data("classification training set", train);
-  print_data("classification test set", test);
-  const auto standardization = data::Standardization::fit(train);
-  standardization.apply(train);
+  // The pool: series generated as the labelled sets are; pretraining reads their values only,
+  // and a small stratified part of them is given its labels for the classifiers.
+  data::SeriesSet pool = data::default_pool_dataset(kDemoPool, seed);
+  data::SeriesSet test = data::generate_default_datasets(seed).classification_test;
+  print_data("pool (pretraining: values only)", pool);
+  print_data("test set", test);
+  const auto standardization = data::Standardization::fit(pool);  // no labels needed
+  standardization.apply(pool);
   standardization.apply(test);
+  const auto values_only = [](data::SeriesSet set) {
+    set.class_names.clear();
+    set.labels.clear();
+    return set;
+  };
+  const data::SeriesSet unlabelled = values_only(pool);
+  const data::SeriesSet test_values = values_only(test);  // pretraining's validation
   MetricsLog log(r.output_dir);
   const OutputDirectoryLock lock(r.output_dir);  // held while the job writes there
 
   ModelOptions m;  // TST's defaults: d_model 64, 8 heads, 3 layers, ff 256, dropout 0.1, BatchNorm
   TrainingOptions o;
   o.batch_size = 32;
-  o.seed = seed;
-  const int pretrain_epochs = 8, finetune_epochs = 12;
+  RunOptions pretraining = r, finetuning = r;
+  pretraining.best = {};  // every epoch; the last one is fine-tuned
+  finetuning.best.keep = true;
+  // Accuracy, not loss: the validation loss rises from epoch 2 or 3 (the classifiers grow
+  // confident on the regime) while the accuracy often rises late, when a model starts to tell the
+  // direction of time; every epoch runs, as in TST.
+  finetuning.best.metric = "accuracy";
 
-  std::printf(
-      "\n== masked pretraining (imputation of 15 %% of the values in runs of mean length 3)\n");
-  TimeSeriesTransformer<T, Space> imputer(exec, model_config(m, train, TstTask::Imputation));
-  TstTrainer<T, Space> pretrainer(exec, imputer, o, train);
-  const Evaluation before = pretrainer.evaluate(exec, test);
+  std::vector<DemoRow> rows = {
+      {"finetuned", "with pretraining (fine-tuned)", {}, {}, 0},
+      {"from_scratch", "without pretraining", {}, {}, 0},
+      {"no_positional_encoding", "without positional encoding", {}, {}, 0}};
+  std::vector<std::string> first_seed_runs = {"pretrain"};
+  std::printf("\n== masked pretraining on the %lld series of the pool (their values only)\n",
+              static_cast<long long>(unlabelled.n_series));
+  o.seed = seed;
+  TimeSeriesTransformer<T, Space> imputer(exec, model_config(m, unlabelled, TstTask::Imputation));
+  TstTrainer<T, Space> pretrainer(exec, imputer, o, unlabelled);
+  const Evaluation before = pretrainer.evaluate(exec, test_values);
   CheckpointInfo info;
   info.standardization = standardization;
   const std::string pretrained = r.output_dir + "/pretrained";
-  const EpochsResult after = train_epochs(exec, imputer, pretrainer, train, test, 0,
-                                          pretrain_epochs, "pretrain", pretrained, info, log, r);
-  std::printf("masked MSE on the test set: %.4f before pretraining, %.4f after\n", before.loss,
+  const auto t_pretrain = clock::now();
+  const EpochsResult after =
+      train_epochs(exec, imputer, pretrainer, unlabelled, test_values, 0, kDemoPretrainEpochs,
+                   "pretrain", pretrained, info, log, pretraining);
+  const double pretrain_seconds = seconds_since(t_pretrain);
+  std::printf("masked MSE on the test series: %.4f before pretraining, %.4f after\n", before.loss,
               after.last.loss);
 
-  std::vector<DemoResult> results;
-  const auto classify = [&](const std::string& name, const std::string& pos_encoding,
-                            bool from_pretrained) {
-    std::printf("\n== classification: %s\n", name.c_str());
-    const auto t0 = std::chrono::steady_clock::now();
-    ModelOptions mc = m;
-    mc.pos_encoding = pos_encoding;
-    TimeSeriesTransformer<T, Space> model(exec, model_config(mc, train, TstTask::Classification));
-    if (from_pretrained) {
-      LoadOptions load;
-      load.skip_prefixes = {"output_layer."};
-      load_checkpoint<T, Space>(exec, pretrained, model, nullptr, load);
+  std::int64_t n_train = 0, n_validation = 0;
+  for (int k = 1; k <= kDemoSeeds; ++k) {
+    o.seed = seed + static_cast<std::uint64_t>(k);
+    const std::string tag = "_seed" + std::to_string(k),
+                      dir = r.output_dir + "/seed" + std::to_string(k);
+    // A stratified part of the pool gets its labels; a stratified quarter of it validates.
+    const auto pick = data::train_validation_split(pool, kDemoLabelledFraction, o.seed);
+    const data::SeriesSet labelled = pool.subset(pick.validation);
+    const auto split = data::train_validation_split(labelled, kDemoValidationFraction, o.seed);
+    const data::SeriesSet train = labelled.subset(split.train);
+    const data::SeriesSet validation = labelled.subset(split.validation);
+    n_train = train.n_series;
+    n_validation = validation.n_series;
+    std::printf("\n== seed %d: classifiers on %lld labelled series (%lld more for validation)\n", k,
+                static_cast<long long>(train.n_series),
+                static_cast<long long>(validation.n_series));
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      DemoRow& row = rows[i];
+      const auto t0 = clock::now();
+      ModelOptions mc = m;
+      mc.pos_encoding = row.run == "no_positional_encoding" ? "none" : "fixed";
+      TimeSeriesTransformer<T, Space> model(exec, model_config(mc, train, TstTask::Classification));
+      if (row.run == "finetuned") {
+        LoadOptions load;
+        load.skip_prefixes = {"output_layer."};
+        load_checkpoint<T, Space>(exec, pretrained, model, nullptr, load);
+      }
+      TstTrainer<T, Space> trainer(exec, model, o, train);
+      CheckpointInfo ci;
+      ci.standardization = standardization;
+      ci.class_names = train.class_names;
+      const std::string checkpoint = dir + "/" + row.run;
+      const EpochsResult e =
+          train_epochs(exec, model, trainer, train, validation, 0, kDemoFinetuneEpochs,
+                       row.run + tag, checkpoint, ci, log, finetuning);
+      // The kept epoch's model on the test set.
+      load_checkpoint<T, Space>(exec, checkpoint + "/best", model, nullptr);
+      row.accuracy.push_back(trainer.evaluate(exec, test).accuracy);
+      row.kept_epoch.push_back(e.best_epoch);
+      row.seconds += seconds_since(t0);
+      if (k == 1) first_seed_runs.push_back(row.run + tag);
     }
-    TstTrainer<T, Space> trainer(exec, model, o, train);
-    CheckpointInfo ci;
-    ci.standardization = standardization;
-    ci.class_names = train.class_names;
-    const EpochsResult e = train_epochs(exec, model, trainer, train, test, 0, finetune_epochs, name,
-                                        r.output_dir + "/" + name, ci, log, r);
-    results.push_back(
-        {name, e.last.accuracy,
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
-  };
-  classify("finetuned", "fixed", true);
-  classify("from_scratch", "fixed", false);
-  classify("no_positional_encoding", "none", false);
+  }
 
   std::int64_t majority = 0;
   for (std::size_t c = 0; c < test.class_names.size(); ++c)
     majority = std::max<std::int64_t>(majority,
                                       std::count(test.labels.begin(), test.labels.end(), int(c)));
-  std::printf("\n== test accuracy (%lld series, %zu classes; majority class %.3f)\n",
-              static_cast<long long>(test.n_series), test.class_names.size(),
-              double(majority) / test.n_series);
-  std::printf("  %-40s %9s %9s\n", "model", "accuracy", "seconds");
-  const char* labels[] = {"with pretraining (fine-tuned)", "without pretraining",
-                          "without positional encoding"};
-  for (std::size_t i = 0; i < results.size(); ++i)
-    std::printf("  %-40s %9.3f %9.1f\n", labels[i], results[i].accuracy, results[i].seconds);
-  const std::string png = log.plot_loss_curves();
-  std::printf("\nmetrics: %s/metrics.csv, %s/metrics.jsonl%s%s\n", r.output_dir.c_str(),
+  std::printf(
+      "\n== test accuracy (%lld series, %zu classes; majority class %.3f) of the kept epoch's "
+      "model,\n   trained on %lld labelled series (%.0f %% of the pool's %lld, %lld more for "
+      "validation), over %d seeds\n",
+      static_cast<long long>(test.n_series), test.class_names.size(),
+      double(majority) / test.n_series, static_cast<long long>(n_train),
+      100 * kDemoLabelledFraction, static_cast<long long>(pool.n_series),
+      static_cast<long long>(n_validation), kDemoSeeds);
+  std::printf("  %-32s %15s %7s %7s %7s %9s\n", "model", "mean +- sd", "seed 1", "seed 2", "seed 3",
+              "seconds");
+  for (const DemoRow& row : rows) {
+    const auto [mean, sd] = mean_and_sd(row.accuracy);
+    std::printf("  %-32s %7.3f +- %.3f", row.label.c_str(), mean, sd);
+    for (const double a : row.accuracy)
+      std::printf(" %7.3f", a);
+    std::printf(" %9.1f\n", row.seconds);
+  }
+  std::printf("  (kept epochs:");
+  for (const DemoRow& row : rows) {
+    std::printf(" %s", row.run.c_str());
+    for (const int e : row.kept_epoch)
+      std::printf(" %d", e);
+    std::printf(row.run == rows.back().run ? ")\n" : ";");
+  }
+  std::printf("  (pretraining, shared by the seeds: %.1f s)\n", pretrain_seconds);
+  const std::string png = log.plot_loss_curves(first_seed_runs);
+  std::printf("\nmetrics: %s/metrics.csv, %s/metrics.jsonl%s%s (seed 1)\n", r.output_dir.c_str(),
               r.output_dir.c_str(), png.empty() ? "" : "; loss curves: ", png.c_str());
-  std::printf("checkpoints: %s/{pretrained,finetuned,from_scratch,no_positional_encoding}\n",
-              r.output_dir.c_str());
-  std::printf("total %.0f s\n",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  std::printf(
+      "checkpoints: %s/pretrained, %s/seed{1,2,3}/{finetuned,from_scratch,"
+      "no_positional_encoding} (each classifier's kept epoch in its best/)\n",
+      r.output_dir.c_str(), r.output_dir.c_str());
+  std::printf("total %.0f s\n", seconds_since(start));
 }
 
 template <class T>

@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -69,10 +70,12 @@ void MetricsLog::write() const {
   write_file_atomic(directory_ + "/metrics.csv", csv.str());
 }
 
-std::string MetricsLog::plot_loss_curves() const {
+std::string MetricsLog::plot_loss_curves(const std::vector<std::string>& only) const {
   std::vector<std::string> runs;
   for (const auto& r : records_)
-    if (runs.empty() || runs.back() != r.run) runs.push_back(r.run);
+    if ((runs.empty() || runs.back() != r.run) &&
+        (only.empty() || std::find(only.begin(), only.end(), r.run) != only.end()))
+      runs.push_back(r.run);
   std::ostringstream gp;
   gp << "# Loss curves of the runs in metrics.csv (written by kformer; run: gnuplot "
         "loss_curves.gp)\n"

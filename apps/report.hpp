@@ -31,7 +31,8 @@ class MetricsLog {
   void write() const;
   // Writes loss_curves.gp and runs gnuplot on it to make loss_curves.png; returns the PNG's path,
   // or an empty string (and says why on stderr) when gnuplot is not available.
-  std::string plot_loss_curves() const;
+  // Only the runs named in `runs` when it is not empty.
+  std::string plot_loss_curves(const std::vector<std::string>& runs = {}) const;
 
  private:
   std::string directory_;

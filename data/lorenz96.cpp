@@ -149,4 +149,8 @@ DefaultDatasets generate_default_datasets(std::uint64_t seed) {
   return sets;
 }
 
+SeriesSet default_pool_dataset(std::int64_t n_series, std::uint64_t seed) {
+  return lorenz96_classification(n_series, derive(seed, 1004));
+}
+
 }  // namespace kformer::data

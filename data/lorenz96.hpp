@@ -70,4 +70,9 @@ struct DefaultDatasets {
 // small TST (d_model 64, 3 layers) trains on it in about a minute on 2 cores.
 DefaultDatasets generate_default_datasets(std::uint64_t seed = 2021);
 
+// The default job's pool: n_series classification series generated as the default sets' (the
+// four classes in turn), from a seed of their own derived from `seed`, so that none of them is one
+// of the default sets' series.
+SeriesSet default_pool_dataset(std::int64_t n_series, std::uint64_t seed = 2021);
+
 }  // namespace kformer::data

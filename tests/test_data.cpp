@@ -791,6 +791,23 @@ double wave_direction(const SeriesSet& set, std::int64_t s) {
 
 }  // namespace
 
+TEST_CASE("Lorenz-96 default pool: balanced classes, none of the default sets' series",
+          "[data][lorenz96]") {
+  const SeriesSet pool = default_pool_dataset(40, 2021);
+  const DefaultDatasets sets = generate_default_datasets(2021);
+  CHECK(pool.n_series == 40);
+  CHECK(pool.class_names == sets.classification_train.class_names);
+  CHECK_NOTHROW(pool.validate("pool"));
+  for (std::int64_t s = 0; s < pool.n_series; ++s)
+    CHECK(pool.labels[s] == s % 4);
+  // Its own seed: no series equals one of the classification sets' at the same index.
+  for (const SeriesSet* set : {&sets.classification_train, &sets.classification_test})
+    for (std::int64_t s = 0; s < pool.n_series; ++s)
+      CHECK(pool.value(s, 0, 0) != set->value(s, 0, 0));
+  // The same seed gives the same pool.
+  CHECK(same_values(default_pool_dataset(40, 2021).values, pool.values));
+}
+
 TEST_CASE("Lorenz-96 default datasets: shapes, balance, missing values, learnable classes",
           "[data][lorenz96]") {
   const DefaultDatasets sets = generate_default_datasets(2021);
