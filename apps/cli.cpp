@@ -33,6 +33,10 @@ void add_data_options(CLI::App* cmd, DataOptions& d, bool with_test) {
   cmd->add_option("--label-column", d.label_column, "CSV: the class-label column");
   cmd->add_option("--target-columns", d.target_columns, "CSV: regression target columns");
   cmd->add_option("--time-column", d.time_column, "CSV: sort each series by this column");
+  cmd->add_option("--missing-values", d.missing_values,
+                  "zero (the default) or interpolate (linearly along time, as TST); default for "
+                  "a checkpoint: the one it was trained with")
+      ->check(CLI::IsMember({"zero", "interpolate"}));
 }
 
 void add_model_options(CLI::App* cmd, ModelOptions& m) {

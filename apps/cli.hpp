@@ -19,6 +19,9 @@ struct DataOptions {
   std::string id_column = "series_id", label_column, time_column;
   std::vector<std::string> target_columns;
   double validation_fraction = 0.2;  // of the training data, when no test set is given
+  // "zero" or "interpolate" (data::MissingValues); empty: the checkpoint's (inference, and
+  // fine-tuning from a pretrained model), else zero.
+  std::string missing_values;
 };
 
 struct ModelOptions {

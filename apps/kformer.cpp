@@ -129,11 +129,18 @@ void print_data(const char* what, const data::SeriesSet& s) {
   std::printf("\n");
 }
 
+// `d` with its missing-value handling decided: the one given, else `inherited`'s.
+DataOptions with_missing_values(DataOptions d, data::MissingValues inherited) {
+  if (d.missing_values.empty()) d.missing_values = data::missing_values_name(inherited);
+  return d;
+}
+
 template <class T, class Space>
-void command_pretrain(const Space& exec, const DataOptions& d, const ModelOptions& m,
+void command_pretrain(const Space& exec, const DataOptions& given, const ModelOptions& m,
                       const TrainCliOptions& t, const RunOptions& r) {
   const TrainingOptions training = training_options(t);
   check_key_metric(r, TstTask::Imputation);
+  const DataOptions d = with_missing_values(given, data::MissingValues::Zero);
   Datasets sets = load_train_validation(d, training.seed);
   print_data("training data", sets.train);
   print_data("validation data", sets.validation);
@@ -144,12 +151,14 @@ void command_pretrain(const Space& exec, const DataOptions& d, const ModelOption
   TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
   info.standardization = standardization;
+  info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
   int first = 0;
   const OutputDirectoryLock lock(r.output_dir);  // held while this run writes there
   if (r.resume) {
     info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
     info.standardization = standardization;
     first = info.next_epoch;
+    info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
     trainer.set_global_step(info.step);
     std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
   }
@@ -164,10 +173,15 @@ void command_pretrain(const Space& exec, const DataOptions& d, const ModelOption
 }
 
 template <class T, class Space>
-void command_finetune(const Space& exec, const DataOptions& d, const ModelOptions& m,
+void command_finetune(const Space& exec, const DataOptions& given, const ModelOptions& m,
                       const TrainCliOptions& t, const RunOptions& r, const std::string& pretrained,
                       bool change_output) {
   const TrainingOptions training = training_options(t);
+  // A pretrained model's data were filled in one way; its fine-tuning data are too, by default.
+  const DataOptions d =
+      with_missing_values(given, pretrained.empty() || !given.missing_values.empty()
+                                     ? data::MissingValues::Zero
+                                     : read_checkpoint_config(pretrained).missing_values);
   Datasets sets = load_train_validation(d, training.seed);
   const TstTask task =
       sets.train.is_classification() ? TstTask::Classification
@@ -194,6 +208,7 @@ void command_finetune(const Space& exec, const DataOptions& d, const ModelOption
   TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
   info.class_names = sets.train.class_names;
+  info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
   if (!pretrained.empty()) {
     LoadOptions load;
     if (change_output) load.skip_prefixes = {"output_layer."};
@@ -209,6 +224,7 @@ void command_finetune(const Space& exec, const DataOptions& d, const ModelOption
   const OutputDirectoryLock lock(r.output_dir);  // held while this run writes there
   if (r.resume) {
     info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
+    info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
     first = info.next_epoch;
     trainer.set_global_step(info.step);
     std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
@@ -233,7 +249,8 @@ template <class T, class Space>
 Loaded<T, Space> load_for_inference(const Space& exec, const std::string& checkpoint,
                                     const std::string& path, const DataOptions& d) {
   const CheckpointInfo info = read_checkpoint_config(checkpoint);
-  data::SeriesSet data = load_dataset(path, d, info.class_names);
+  data::SeriesSet data =
+      load_dataset(path, with_missing_values(d, info.missing_values), info.class_names);
   if (data.n_features != info.config.feat_dim)
     fail("kformer", path, " has ", data.n_features, " features, the checkpoint's model ",
          info.config.feat_dim);

@@ -19,6 +19,15 @@ bool is_directory(const std::string& path) {
 
 data::SeriesSet load_dataset(const std::string& path, const DataOptions& o,
                              const std::vector<std::string>& class_names) {
+  data::SeriesSet set = read_dataset(path, o, class_names);
+  if (!o.missing_values.empty() &&
+      data::parse_missing_values(o.missing_values, "kformer") == data::MissingValues::Interpolate)
+    data::interpolate_missing(set);
+  return set;
+}
+
+data::SeriesSet read_dataset(const std::string& path, const DataOptions& o,
+                             const std::vector<std::string>& class_names) {
   const std::string where = "kformer::load_dataset";
   if (path.empty()) fail(where, "no data file given");
   if (is_directory(path)) {

@@ -25,8 +25,12 @@
 
 namespace kformer::app {
 
-// Reads a dataset: .ts, a CSV file, or a directory of CSV files with a labels file.
+// Reads a dataset: .ts, a CSV file, or a directory of CSV files with a labels file, and fills its
+// missing values as o.missing_values says (nothing when it is empty or "zero").
 data::SeriesSet load_dataset(const std::string& path, const DataOptions& o,
+                             const std::vector<std::string>& class_names = {});
+// The same without filling the missing values.
+data::SeriesSet read_dataset(const std::string& path, const DataOptions& o,
                              const std::vector<std::string>& class_names = {});
 
 TstConfig model_config(const ModelOptions& m, const data::SeriesSet& data, TstTask task);

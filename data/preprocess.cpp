@@ -98,6 +98,42 @@ void seeded_shuffle(std::vector<std::int64_t>& indices, std::mt19937_64& rng) {
     std::swap(indices[i - 1], indices[uniform_below(rng, i)]);
 }
 
+MissingValues parse_missing_values(const std::string& text, const std::string& where) {
+  if (text == "zero") return MissingValues::Zero;
+  if (text == "interpolate") return MissingValues::Interpolate;
+  fail(where, "missing values '", text, "': expected zero or interpolate");
+}
+
+const char* missing_values_name(MissingValues m) {
+  return m == MissingValues::Interpolate ? "interpolate" : "zero";
+}
+
+void interpolate_missing(SeriesSet& data) {
+  for (std::int64_t s = 0; s < data.n_series; ++s) {
+    const std::int64_t length = data.lengths[static_cast<std::size_t>(s)];
+    for (std::int64_t f = 0; f < data.n_features; ++f) {
+      std::int64_t previous = -1;  // the last observed step so far
+      for (std::int64_t t = 0; t <= length; ++t) {
+        if (t < length && std::isnan(data.value(s, t, f))) continue;
+        if (t == length && previous < 0) break;  // nothing observed: stays NaN
+        // Steps (previous, t) are missing: interpolate, or extend the observed end.
+        for (std::int64_t u = previous + 1; u < t; ++u) {
+          if (previous < 0)
+            data.value(s, u, f) = data.value(s, t, f);
+          else if (t == length)
+            data.value(s, u, f) = data.value(s, previous, f);
+          else {
+            const double w = double(u - previous) / double(t - previous);
+            data.value(s, u, f) =
+                static_cast<float>((1 - w) * data.value(s, previous, f) + w * data.value(s, t, f));
+          }
+        }
+        previous = t;
+      }
+    }
+  }
+}
+
 Split train_validation_split(const SeriesSet& data, double validation_fraction,
                              std::uint64_t seed) {
   if (!(validation_fraction >= 0.0 && validation_fraction < 1.0))

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "series_set.hpp"
@@ -33,6 +34,22 @@ struct Standardization {
  private:
   void check(std::int64_t n_features, const char* where) const;
 };
+
+// How missing values (NaN at observed steps) reach the model.
+enum class MissingValues {
+  Zero,         // left NaN; the batches give the model 0 for them (after standardization: the mean)
+  Interpolate,  // as the TST reference code: interpolate_missing on the raw values when read
+};
+// "zero" or "interpolate"; throws kformer::Error naming `where` and the text otherwise.
+MissingValues parse_missing_values(const std::string& text, const std::string& where);
+const char* missing_values_name(MissingValues m);
+
+// In place, each feature of each series along its observed steps: a NaN between two observed
+// values becomes their linear interpolation (by step), NaNs before the first or after the last
+// observed value take that value, as pandas' interpolate(method='linear', limit_direction='both')
+// in the TST reference code. A feature with no observed value in a series stays NaN; padding is
+// untouched.
+void interpolate_missing(SeriesSet& data);
 
 struct Split {
   std::vector<std::int64_t> train, validation;  // series indices, each list ascending

@@ -791,6 +791,35 @@ double wave_direction(const SeriesSet& set, std::int64_t s) {
 
 }  // namespace
 
+TEST_CASE("Missing values interpolated along time as TST does, padding and empty features kept",
+          "[data][preprocess]") {
+  // Two features; feature 0: NaN at the start, inside and at the end; feature 1 never observed.
+  SeriesSet set;
+  set.reset(2, 6, 2);
+  set.lengths = {5, 2};
+  const float values0[5] = {NaN, 1.0f, NaN, NaN, 4.0f};
+  for (int t = 0; t < 5; ++t)
+    set.value(0, t, 0) = values0[t];
+  set.value(1, 0, 0) = NaN;
+  set.value(1, 1, 0) = 7.0f;
+  interpolate_missing(set);
+  // pandas: Series([nan, 1, nan, nan, 4]).interpolate(method='linear', limit_direction='both')
+  CHECK(set.value(0, 0, 0) == 1.0f);
+  CHECK(set.value(0, 1, 0) == 1.0f);
+  CHECK(set.value(0, 2, 0) == 2.0f);
+  CHECK(set.value(0, 3, 0) == 3.0f);
+  CHECK(set.value(0, 4, 0) == 4.0f);
+  CHECK(std::isnan(set.value(0, 5, 0)));  // padding
+  for (int t = 0; t < 6; ++t)
+    CHECK(std::isnan(set.value(0, t, 1)));  // no observed value: stays NaN
+  CHECK(set.value(1, 0, 0) == 7.0f);        // a trailing value extended backwards
+  CHECK(set.value(1, 1, 0) == 7.0f);
+  CHECK(std::isnan(set.value(1, 2, 0)));
+  CHECK(parse_missing_values("interpolate", "w") == MissingValues::Interpolate);
+  CHECK_THROWS_WITH(parse_missing_values("mean", "w"),
+                    "w: missing values 'mean': expected zero or interpolate");
+}
+
 TEST_CASE("Lorenz-96 default pool: balanced classes, none of the default sets' series",
           "[data][lorenz96]") {
   const SeriesSet pool = default_pool_dataset(40, 2021);

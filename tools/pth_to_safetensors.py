@@ -737,8 +737,10 @@ def convert(state, epoch, args, source, configuration=None, configuration_path=N
         raise ConversionError(f"{', '.join(existing)} already exist(s): pass --force to replace")
     arrays["standardization.mean"] = mean.astype("<f4")
     arrays["standardization.std"] = std.astype("<f4")
+    # TST interpolates missing values linearly along time before anything else (its data classes'
+    # interpolate_missing); kformer does the same for this checkpoint's data unless told otherwise.
     info = {"format": FORMAT, "model": config, "class_names": class_names, "next_epoch": 0, "step": 0,
-            "has_optimizer": False}
+            "has_optimizer": False, "missing_values": "interpolate"}
     metadata = {"format": FORMAT, "config": json.dumps(config, indent=2), "converted_from": os.path.basename(source),
                 "converted_by": "tools/pth_to_safetensors.py", "checkpoint": json.dumps(info, indent=2) + "\n"}
     if epoch is not None:

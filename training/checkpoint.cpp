@@ -28,7 +28,8 @@ std::string checkpoint_config_json(const CheckpointInfo& info) {
                             {"class_names", info.class_names},
                             {"next_epoch", info.next_epoch},
                             {"step", info.step},
-                            {"has_optimizer", info.has_optimizer}};
+                            {"has_optimizer", info.has_optimizer},
+                            {"missing_values", data::missing_values_name(info.missing_values)}};
   return j.dump(2) + "\n";
 }
 
@@ -54,6 +55,9 @@ CheckpointInfo parse_checkpoint_config(const std::string& text, const std::strin
       info.next_epoch = get_integer<int>(j.at("next_epoch"), where, path, "next_epoch");
     if (j.contains("step"))
       info.step = get_integer<std::uint64_t>(j.at("step"), where, path, "step");
+    if (j.contains("missing_values"))
+      info.missing_values = data::parse_missing_values(j.at("missing_values").get<std::string>(),
+                                                       where + ": " + path);
   } catch (const nlohmann::json::exception& e) {
     fail(where, path, ": ", e.what());
   }

@@ -36,6 +36,8 @@ struct CheckpointInfo {
   int next_epoch = 0;          // training resumes at this epoch
   std::uint64_t step = 0;      // global optimizer step (selects dropout masks)
   bool has_optimizer = false;  // optimizer state present
+  // How the training data's missing values were filled; inference does the same by default.
+  data::MissingValues missing_values = data::MissingValues::Zero;
 };
 
 std::string checkpoint_config_json(const CheckpointInfo& info);

@@ -22,7 +22,8 @@ and the outputs are compared with PyTorch's on the test data prepared as TST pre
 stored normalization, padding to max_seq_len, TST's padding masks, masked values set to 0): logits
 and the predicted class, regression outputs, imputed values in the data's units, and evaluate's
 loss and accuracy. The cases cover relu and gelu, BatchNorm and LayerNorm, fixed and learnable
-encodings, standardization and min-max normalization, classification (a test file that lists its
+encodings, standardization and min-max normalization, missing values (which TST interpolates and
+the converted checkpoint tells kformer to interpolate), classification (a test file that lists its
 classes in another order than TST's sorted one), regression with 2 targets (TST reads several
 targets from its CSV-style data classes, not from .ts, so those data go to kformer as CSV) and
 imputation. Then the refusals: a checkpoint without configuration.json and without --heads, a
@@ -65,7 +66,8 @@ COMMON = dict(feat_dim=3, max_len=16, d_model=16, n_heads=4, num_layers=2, dim_f
 CASES = [
     dict(name="classification_gelu_batchnorm_fixed", task="classification", activation="gelu",
          normalization_layer="batchnorm", pos_encoding="fixed", normalization="standardization",
-         classes=["walk", "run", "sit"]),  # listed unsorted: TST's class order is sorted (run, sit, walk)
+         classes=["walk", "run", "sit"],  # listed unsorted: TST's class order is sorted (run, sit, walk)
+         missing=0.08),  # values blanked (NaN): TST interpolates them linearly along time
     dict(name="classification_relu_layernorm_learnable", task="classification", activation="relu",
          normalization_layer="layernorm", pos_encoding="learnable", normalization="minmax", classes=["b", "a"]),
     dict(name="regression2_relu_batchnorm_learnable", task="regression", activation="relu",
@@ -108,7 +110,10 @@ def make_series(rng, n, case):
         x = np.stack([5.0 + 3.0 * np.sin(0.3 * (k + 1) * t + rng.normal()),
                       -2.0 + 0.5 * np.cos(0.2 * t) + 0.1 * rng.normal(size=length),
                       100.0 + 20.0 * rng.normal(size=length)], axis=1)
-        series.append(np.round(x, 4))
+        x = np.round(x, 4)
+        if case.get("missing"):
+            x[rng.random(x.shape) < case["missing"]] = np.nan
+        series.append(x)
         if case["task"] == "classification":
             labels.append(case["classes"][i % len(case["classes"])])
         targets.append([float(x[:, 0].mean()), float(x[:, 2].std())])
@@ -116,7 +121,8 @@ def make_series(rng, n, case):
 
 
 def write_ts(path, series, labels, case):
-    header = ["@problemName kformerCheck", "@timeStamps false", "@missing false", "@univariate false",
+    missing = "true" if any(np.isnan(x).any() for x in series) else "false"
+    header = ["@problemName kformerCheck", "@timeStamps false", f"@missing {missing}", "@univariate false",
               f"@dimensions {COMMON['feat_dim']}", "@equalLength false", f"@seriesLength {COMMON['max_len']}"]
     header.append("@classLabel true " + " ".join(case["classes"]) if labels else "@classLabel false")
     lines = header + ["@data"]
@@ -134,6 +140,11 @@ def write_csv(path, series, targets):
         for i, x in enumerate(series):
             for t in range(x.shape[0]):
                 w.writerow([f"s{i}", t] + [repr(float(v)) for v in x[t]] + [repr(v) for v in targets[i]])
+
+
+def interpolated(series):
+    """TST's interpolate_missing on each series (its data classes do it when they read a file)."""
+    return [pd.DataFrame(x).interpolate(method="linear", limit_direction="both").values for x in series]
 
 
 def tst_normalizer(series, kind):
@@ -206,7 +217,7 @@ def make_experiment(work, case, gen, rng):
         write_ts(files[0], train, train_labels, case)
         # The test file lists its classes in another order again, as files of one dataset may.
         write_ts(files[1], test, test_labels, dict(case, classes=list(reversed(case.get("classes", [])))))
-    norm = tst_normalizer(train, case["normalization"])
+    norm = tst_normalizer(interpolated(train), case["normalization"])
 
     experiment = os.path.join(work, name)
     os.makedirs(os.path.join(experiment, "checkpoints"))
@@ -244,7 +255,7 @@ def check_case(work, kformer, case, gen, rng):
         data += ["--target-columns", "y0", "y1", "--time-column", "time"]
     predictions = os.path.join(work, f"{name}-predictions.csv")
     seq = COMMON["max_len"]
-    x, keep = batch(test, norm, seq)
+    x, keep = batch(interpolated(test), norm, seq)
 
     if case["task"] == "imputation":
         mask = (torch.rand(x.shape, generator=gen) > 0.2) | ~keep[:, :, None]  # 1 = keep
