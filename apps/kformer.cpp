@@ -150,18 +150,16 @@ void command_pretrain(const Space& exec, const DataOptions& given, const ModelOp
   TimeSeriesTransformer<T, Space> model(exec, model_config(m, sets.train, TstTask::Imputation));
   TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
-  info.standardization = standardization;
-  info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
   int first = 0;
   const OutputDirectoryLock lock(r.output_dir);  // held while this run writes there
   if (r.resume) {
     info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
-    info.standardization = standardization;
     first = info.next_epoch;
-    info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
     trainer.set_global_step(info.step);
     std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
   }
+  info.standardization = standardization;
+  info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
   const Evaluation before = trainer.evaluate(exec, sets.validation);
   MetricsLog log(r.output_dir);
   if (r.resume) log.resume("pretrain", first);  // the epochs before it stay in the metrics
@@ -208,7 +206,6 @@ void command_finetune(const Space& exec, const DataOptions& given, const ModelOp
   TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
   info.class_names = sets.train.class_names;
-  info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
   if (!pretrained.empty()) {
     LoadOptions load;
     if (change_output) load.skip_prefixes = {"output_layer."};
@@ -224,11 +221,11 @@ void command_finetune(const Space& exec, const DataOptions& given, const ModelOp
   const OutputDirectoryLock lock(r.output_dir);  // held while this run writes there
   if (r.resume) {
     info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
-    info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
     first = info.next_epoch;
     trainer.set_global_step(info.step);
     std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
   }
+  info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
   MetricsLog log(r.output_dir);
   if (r.resume) log.resume("finetune", first);  // the epochs before it stay in the metrics
   const EpochsResult e = train_epochs(exec, model, trainer, sets.train, sets.validation, first,

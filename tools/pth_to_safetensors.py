@@ -96,21 +96,12 @@ class ConversionError(Exception):
     """A problem with the input or the flags; the message says what and how to fix it."""
 
 
-def fixed_table(max_len, d_model):
-    """TST's FixedPositionalEncoding table (max_len, d_model), computed as TST computes it."""
-    pe = torch.zeros(max_len, d_model)
-    position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
-    pe[:, 0::2] = torch.sin(position * div_term)
-    pe[:, 1::2] = torch.cos(position * div_term)
-    return pe
-
-
-def exact_fixed_table(max_len, d_model):
-    """The same sinusoids in double precision, as kformer computes them."""
-    position = torch.arange(0, max_len, dtype=torch.float64).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
-    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+def fixed_table(max_len, d_model, dtype=torch.float32):
+    """TST's FixedPositionalEncoding table (max_len, d_model), computed as TST computes it in
+    float32, or in double precision (dtype=torch.float64) as kformer computes it."""
+    pe = torch.zeros(max_len, d_model, dtype=dtype)
+    position = torch.arange(0, max_len, dtype=dtype).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=dtype) * (-math.log(10000.0) / d_model))
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
     return pe
@@ -537,7 +528,7 @@ def infer_config(state, args, problems):
                 problems.append("--pos-encoding none, but the state_dict has pos_enc.pe")
             if pos_encoding == "fixed" and looks_fixed:
                 exact = float((pe.detach().reshape(table_len, d_model).double() -
-                               exact_fixed_table(table_len, d_model)).abs().max())
+                               fixed_table(table_len, d_model, torch.float64)).abs().max())
                 print(f"note: kformer recomputes the fixed encoding in double precision; TST's stored float32 table"
                       f" differs from it by up to {exact:.3g} (--keep-table keeps TST's table instead)",
                       file=sys.stderr)

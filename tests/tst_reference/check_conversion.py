@@ -36,7 +36,6 @@ Needs Debian's python3-torch, python3-numpy and python3-pandas; run from anywher
 Exits 0 when every check passes, 1 otherwise (every failure printed).
 """
 import argparse
-import copy
 import csv
 import json
 import os
@@ -54,7 +53,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "golden"))
-from make_tst_goldens import build_model, calibrate_batch_norms, eval_forward, randomize  # noqa: E402
+from make_tst_goldens import build_model, calibrate_batch_norms, eval_forward, randomize, save_pth  # noqa: E402
 
 warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
 CONVERTER = os.path.join(ROOT, "tools", "pth_to_safetensors.py")
@@ -234,13 +233,7 @@ def make_experiment(work, case, gen, rng):
         json.dump(configuration, f, indent=4, sort_keys=True)
     with open(os.path.join(experiment, "normalization.pickle"), "wb") as f:
         pickle.dump(norm, f, pickle.HIGHEST_PROTOCOL)
-    twin = copy.deepcopy(model)  # an Adam state, as in every TST checkpoint
-    optimizer = torch.optim.Adam(twin.parameters(), lr=1e-3)
-    for p in twin.parameters():
-        p.grad = torch.zeros_like(p)
-    optimizer.step()
-    torch.save({"epoch": 37, "state_dict": model.state_dict(), "optimizer": optimizer.state_dict()},
-               os.path.join(experiment, "checkpoints", "model_best.pth"))
+    save_pth(model, os.path.join(experiment, "checkpoints", "model_best.pth"), "tst_checkpoint")  # with Adam state
     return experiment, model, files, norm, test, test_labels, test_targets
 
 
