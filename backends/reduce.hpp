@@ -12,6 +12,7 @@
 
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
+#include "for_each.hpp"
 
 namespace kformer::backends {
 
@@ -29,20 +30,42 @@ void column_reduce(const ExecutionSpace& exec, std::int64_t rows, int cols, cons
       static_cast<int>(rows < kReductionBlocks ? (rows > 0 ? rows : 1) : kReductionBlocks);
   const auto partial = partial_buffer.view(blocks, cols);
   const std::int64_t rows_per_block = (rows + blocks - 1) / blocks;
-  Kokkos::parallel_for(
-      "kformer::column_reduce::blocks",
-      Kokkos::TeamPolicy<ExecutionSpace>(exec, blocks, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const member_type& team) {
-        const int b = team.league_rank();
-        const std::int64_t begin = b * rows_per_block;
-        const std::int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
-        T* const acc = &partial(b, 0);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols),
-                             [=](const int j) { acc[j] = T(0); });
-        for (std::int64_t i = begin; i < end; ++i)
+  if constexpr (runs_on_host<ExecutionSpace>) {
+    // A thread per block, its rows added into the partial row in order (vector loops over j).
+    Kokkos::parallel_for(
+        "kformer::column_reduce::blocks",
+        Kokkos::TeamPolicy<ExecutionSpace>(exec, blocks, Kokkos::AUTO),
+        KOKKOS_LAMBDA(const member_type& team) {
+          const int b = team.league_rank();
+          const std::int64_t begin = b * rows_per_block;
+          const std::int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
+          T* const acc = &partial(b, 0);
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols),
-                               [=](const int j) { acc[j] += value(i, j); });
-      });
+                               [=](const int j) { acc[j] = T(0); });
+          for (std::int64_t i = begin; i < end; ++i)
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols),
+                                 [=](const int j) { acc[j] += value(i, j); });
+        });
+  } else {
+    // A thread per (block, column), summing its block's rows in a register in the same order
+    // (the same bits): blocks x cols threads, neighbours on neighbouring columns, rather than 64
+    // teams that update their partial rows in memory row by row.
+    T* const out_partial = partial.data();
+    Kokkos::parallel_for(
+        "kformer::column_reduce::blocks",
+        Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
+            exec, 0, std::int64_t(blocks) * cols),
+        KOKKOS_LAMBDA(const std::int64_t k) {
+          const std::int64_t b = k / cols;
+          const int j = static_cast<int>(k % cols);
+          const std::int64_t begin = b * rows_per_block;
+          const std::int64_t end = begin + rows_per_block < rows ? begin + rows_per_block : rows;
+          T acc = 0;
+          for (std::int64_t i = begin; i < end; ++i)
+            acc += value(i, j);
+          out_partial[k] = acc;
+        });
+  }
   Kokkos::parallel_for(
       "kformer::column_reduce::combine", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, cols),
       KOKKOS_LAMBDA(const int j) {

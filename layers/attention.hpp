@@ -81,6 +81,10 @@ class MultiHeadAttention {
     if (d_model < 1) fail(name_, "d_model must be at least 1, got ", d_model);
     if (heads_ < 1 || d_model % heads_ != 0)
       fail(name_, "heads (", heads_, ") must divide d_model (", d_model, ")");
+    if (d_model / heads_ > impl::flash::kMaxHeadWidth)
+      fail(name_, "the head width d_model / heads must be at most ", impl::flash::kMaxHeadWidth,
+           " (as in FlashAttention-2), got ", d_model, " / ", heads_, " = ", d_model / heads_,
+           ": use more heads");
     if (!(dropout_ >= 0.0 && dropout_ < 1.0))
       fail(name_, "dropout must be in [0, 1), got ", dropout_);
     in_proj_ =
@@ -212,14 +216,15 @@ class MultiHeadAttention {
     p.d = d_;
     p.qkv = qkv_.view(std::int64_t(batch_) * seq_, 3 * d_).data();
     p.context = context_.view(std::int64_t(batch_) * seq_, d_).data();
-    p.row_max = &stats(0, 0);
-    p.row_inverse_sum = &stats(1, 0);
+    p.row_max = stats.data();  // row 0 (data(), not &stats(0, 0): this runs on the host)
+    p.row_inverse_sum = stats.data() + rows;
     p.key_padding_mask = key_padding_mask_;
     p.attn_mask = attn_mask_;
     p.drop = dropout_active_;
     p.decide = DropoutDecisions(seed_, step_, dropout_);
     p.keep_scale = static_cast<T>(dropout_active_ ? 1.0 / (1.0 - dropout_) : 1.0);
-    p.scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d_ / heads_)));
+    const int head_width = d_ / heads_;
+    p.scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_width)));
     p.neg_inf = -std::numeric_limits<T>::infinity();
     return p;
   }
@@ -265,7 +270,7 @@ class MultiHeadAttention {
   // A copy of a (rows, cols) mask in buffer's storage, made on exec.
   template <class MaskView, class Buffer>
   static auto copy_into(const ExecutionSpace& exec, const MaskView& mask, Buffer& buffer) {
-    const auto copy = buffer.view(mask.extent(0), mask.extent(1));
+    auto copy = buffer.view(mask.extent(0), mask.extent(1));
     Kokkos::deep_copy(exec, copy, mask);
     return copy;
   }

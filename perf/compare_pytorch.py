@@ -3,9 +3,12 @@
 so that reports (perf/report.py) can show kformer/PyTorch ratios side by side.
 
     /usr/bin/python3 perf/compare_pytorch.py [--filter PATTERN] [--threads N] [--repeat N]
-                                             [--device cpu|cuda] [--json FILE] [--list]
+                                             [--device cpu|cuda] [--json FILE] [--label NAME]
+                                             [--list]
 
-Timing needs Debian's python3-torch (1.13); --list and the checks of the arguments run without it.
+Timing needs PyTorch: Debian's python3-torch (1.13), or PyPI's 2.x from scripts/perf-env, whose
+results --label keeps apart (e.g. --label pytorch-2.11); --list and the checks of the arguments run
+without it.
 The cases (perf/pytorch_cases.py, which must lie beside this file) have the same names, shapes and
 FLOP counts as kformer-bench's (N = batch * seq):
 
@@ -31,11 +34,13 @@ FLOP counts as kformer-bench's (N = batch * seq):
                                      3*layer + 2*B*S*d*classes flops, 3x for train_step
   scaling.seq.<S>.train_step         one encoder layer's train step at (4, S, 64), S = 64..4096
   scaling.batch.<B>.train_step       the same at (B, 256, 64), B = 1, 4, 16, 64
-                                     (the largest seq points need several GiB: PyTorch keeps
-                                     (4*8, S, S) attention matrices, 2 GiB each at S = 4096)
+                                     (PyTorch 1.13's attention keeps (4*8, S, S) matrices,
+                                     2 GiB each at S = 4096; 2.x's fused kernel does not)
 
 The encoder layer is TST's TransformerBatchNormEncoderLayer (post-norm, BatchNorm1d over batch x
-time, GELU, dropout 0.1), as kformer's TransformerEncoder with its defaults.
+time, GELU, dropout 0.1), as kformer's TransformerEncoder with its defaults; its attention is
+called with need_weights=False (PyTorch 2.x's fused scaled_dot_product_attention), as kformer keeps
+no probabilities either.
 
 --filter selects cases whose name contains PATTERN, or matches it as a shell glob when it has
 *, ? or [ (e.g. 'linear.*', 'scaling.seq.*'), as kformer-bench's --filter does. The scaling cases
@@ -67,6 +72,7 @@ import gc
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -233,8 +239,13 @@ def main():
     parser.add_argument("--repeat", type=whole_number(1, 100000), default=20)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--json")
+    parser.add_argument("--label", help="the results' backend name (default pytorch, pytorch-cuda), "
+                        "to keep two PyTorch versions apart in one report (e.g. pytorch-2.11)")
     parser.add_argument("--list", action="store_true", help="print the selected cases and exit")
     args = parser.parse_args()
+    if args.label is not None and not re.fullmatch(r"pytorch[A-Za-z0-9.\-]*", args.label):
+        parser.error(f"--label must start with 'pytorch' and hold letters, digits, '.' and '-', "
+                     f"got '{args.label}'")
     if not any(selected(args.filter, n) for names, _ in families() for n in names):
         parser.error(f"no case matches --filter '{args.filter}' (--list shows the cases)")
     if args.json:
@@ -262,7 +273,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cuda = dev.type == "cuda"
-    backend = "pytorch-cuda" if cuda else "pytorch"
+    backend = args.label or ("pytorch-cuda" if cuda else "pytorch")
     if cuda:
         device = torch.cuda.get_device_name(dev)
         threads = None

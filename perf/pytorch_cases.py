@@ -9,7 +9,10 @@ from torch import nn
 
 
 class BatchNormEncoderLayer(nn.Module):
-    """TST's TransformerBatchNormEncoderLayer, batch-first at its interface."""
+    """TST's TransformerBatchNormEncoderLayer, batch-first at its interface. Its attention runs
+    without returning weights (need_weights=False, PyTorch's fused scaled_dot_product_attention),
+    as kformer's keeps no probabilities; TST's own code asks for the weights, which makes PyTorch
+    materialise the (batch, heads, seq, seq) matrices."""
 
     def __init__(self, d, heads, ff, dropout):
         super().__init__()
@@ -23,7 +26,7 @@ class BatchNormEncoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, src):  # (seq, batch, d), as TST
-        src2 = self.self_attn(src, src, src)[0]
+        src2 = self.self_attn(src, src, src, need_weights=False)[0]
         src = src + self.dropout1(src2)
         src = self.norm1(src.permute(1, 2, 0)).permute(2, 0, 1)
         src2 = self.linear2(self.dropout(F.gelu(self.linear1(src))))
@@ -93,13 +96,15 @@ def randn(dev, *shape):
 
 
 def eval_forward_of(model, x):
-    """forward in eval mode without autograd: what an inference case times."""
+    """forward in eval mode without autograd: what an inference case times. The callable keeps
+    the model and its input (.model, .input), which perf/compare_onnxruntime.py exports."""
 
     def forward():
         model.eval()
         with torch.no_grad():
             model(x)
 
+    forward.model, forward.input = model, x
     return forward
 
 

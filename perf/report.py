@@ -15,11 +15,13 @@ report.md has
     bench's own side-by-side ratio (ratio_to_baseline) where the result has one, else the rate
     over limit.sgemm (GFLOP/s) or limit.copy (GB/s) of the same document and backend. A document
     without limits (PyTorch's) borrows them from a kformer-bench document of the same "host"
-    (openmp, threads or serial for "pytorch", cuda or hip for "pytorch-cuda"; one run on the
+    (openmp, threads or serial for "pytorch" and "onnxruntime", cuda or hip for "pytorch-cuda"
+    and any peer whose name says cuda or hip; one run on the
     same number of threads first), which the table says.
     Targets: 0.9 of the limit for memory-bound cases, 0.6 for GEMM-bound ones;
   - the speed-up of each kformer backend over each PyTorch backend on the same kind of device
-    (CPU backends against "pytorch", CUDA and HIP against "pytorch-cuda") for the cases both ran
+    (CPU backends against "pytorch", a labelled PyTorch such as "pytorch-2.11" and "onnxruntime";
+    CUDA and HIP against "pytorch-cuda") for the cases both ran
     (matched by name): PyTorch median time / kformer median time, > 1 when kformer is faster,
     and its geometric mean; each pair says whether both ran on the same number of threads (the
     chart's legend gives the counts). PyTorch documents of several thread counts are kept apart
@@ -47,11 +49,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUTDIR = os.path.join(HERE, "results")
 TARGETS = {"memory": 0.9, "compute": 0.6}  # fraction of limit.copy / limit.sgemm
 CHARTS = ("throughput.png", "limits.png", "speedup.png", "scaling.png")
-BACKEND_ORDER = ["serial", "openmp", "threads", "cuda", "hip", "pytorch", "pytorch-cuda"]
-# Where a document without limits borrows them (same host only).
-BORROW = {"pytorch": ["openmp", "threads", "serial"], "pytorch-cuda": ["cuda", "hip"]}
-# The kformer backends each PyTorch backend is compared with: the same kind of device.
-SAME_DEVICE = {"pytorch": ["serial", "openmp", "threads"], "pytorch-cuda": ["cuda", "hip"]}
+BACKEND_ORDER = ["serial", "openmp", "threads", "cuda", "hip", "pytorch", "pytorch-cuda",
+                 "onnxruntime"]
+CPU_BACKENDS = ["openmp", "threads", "serial"]
+GPU_BACKENDS = ["cuda", "hip"]
 SCALING = re.compile(r"^scaling\.(seq|batch)\.(\d+)\.(.+)$")
 
 
@@ -60,7 +61,15 @@ class InputError(Exception):
 
 
 def is_pytorch(backend):
-    return backend.startswith("pytorch")
+    """A peer's backend, not kformer's: PyTorch ("pytorch", "pytorch-cuda", or a --label such as
+    "pytorch-2.11") or ONNX Runtime ("onnxruntime")."""
+    return backend.startswith(("pytorch", "onnxruntime"))
+
+
+def peer_devices(backend):
+    """The kformer backends a peer's backend runs beside: the same kind of device, where a
+    document without limits borrows them (same host only) and which it is compared with."""
+    return GPU_BACKENDS if "cuda" in backend or "hip" in backend else CPU_BACKENDS
 
 
 def base_backend(backend):
@@ -110,11 +119,12 @@ def load(path, index):
         row["kind"] = "compute" if r["flops"] > 0 else "memory" if r["bytes"] > 0 else "time"
         row["rate"] = (r["flops"] if r["flops"] > 0 else r["bytes"]) / r["median_s"] * 1e-9
         rows.append(row)
-    kind = "pytorch" if "pytorch" in doc else "kformer-bench"
+    kind = ("onnxruntime" if "onnxruntime" in doc else "pytorch" if "pytorch" in doc
+            else "kformer-bench")
     meta = {"file": path, "kind": kind, "results": len(rows),
             "backends": sorted({r["backend"] for r in rows}, key=backend_key)}
-    for key in ("host", "git_revision", "date", "kokkos", "compiler", "pytorch", "host_blas_kernels",
-                "peak_bytes_method"):
+    for key in ("host", "git_revision", "date", "kokkos", "compiler", "pytorch", "onnxruntime",
+                "host_blas_kernels", "peak_bytes_method"):
         if isinstance(doc.get(key), (str, int, float)):
             meta[key] = str(doc[key])
     return meta, rows
@@ -182,7 +192,8 @@ class Report:
         # Limits measured on the row's own number of threads first (PyTorch on 1 thread: Serial's).
         threads = r.get("threads")
         for same_threads in (True, False):
-            for other in [backend] + BORROW.get(base_backend(backend), []):
+            for other in [backend] + (peer_devices(base_backend(backend)) if is_pytorch(backend)
+                                      else []):
                 for (d, b), limits in sorted(self.limits.items()):
                     if (b == other and d != doc and self.docs[d].get("host") == host and limits.get(kind)
                             and (not same_threads or limits["threads"] == threads)):
@@ -206,7 +217,7 @@ class Report:
             if is_pytorch(k):
                 continue
             candidates = [p for p in self.backends
-                          if is_pytorch(p) and k in SAME_DEVICE.get(base_backend(p), [k])]
+                          if is_pytorch(p) and k in peer_devices(base_backend(p))]
             kt = self.threads(k)
             same_threads = [p for p in candidates if kt is not None and self.threads(p) == kt]
             for p in same_threads or candidates:
@@ -288,7 +299,7 @@ def markdown(report, chart_notes):
            f"by perf/report.py from {len(report.docs)} document(s).", "", "## Inputs", ""]
     rows = []
     for d in report.docs:
-        versions = [f"{k} {d[k]}" for k in ("kokkos", "compiler", "pytorch") if k in d]
+        versions = [f"{k} {d[k]}" for k in ("kokkos", "compiler", "pytorch", "onnxruntime") if k in d]
         if "host_blas_kernels" in d:
             versions.append(f"OpenBLAS {d['host_blas_kernels']} kernels")
         versions = ", ".join(versions)

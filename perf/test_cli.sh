@@ -148,6 +148,27 @@ attention.long.train_step.portable"
   done
 fi
 
+if [ -n "$python" ]; then
+  # compare_onnxruntime.py: its checks and --list need neither torch nor onnxruntime, and it
+  # lists the model cases' inference runs that kformer-bench has.
+  tool=compare_onnxruntime.py
+  expect 0 "^attention.long.forward$" --list --filter attention
+  expect 0 "^tst.default.inference$" --list
+  expect 2 "no inference case matches --filter 'linear'" --list --filter linear
+  expect 2 "threads: needs a whole number from 1 to 4096, got '0'" --list --threads 0
+  expect 2 "needs torch 2.x, onnx and onnxruntime from PyPI" --filter attention.long --repeat 1
+  "$bench" --list --backend serial 2>/dev/null |
+    awk 'listing && NF {print $1} /^case /{listing=1}' | sort >"$out/kformer"
+  run_tool --list 2>/dev/null | sort >"$out/onnx"
+  extra=$(comm -13 "$out/kformer" "$out/onnx")
+  if [ ! -s "$out/onnx" ] || [ -n "$extra" ]; then
+    echo "FAIL: compare_onnxruntime.py lists cases kformer-bench does not have: $extra"
+    failures=$((failures + 1))
+  fi
+  tool=compare_pytorch.py
+  expect 2 "label must start with 'pytorch'" --list --label torch2
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
   exit 1

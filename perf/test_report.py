@@ -124,6 +124,32 @@ class ReportTest(unittest.TestCase):
         self.assertIn("Both on 2 threads.", openmp)
         self.assertNotIn("Not the same threads", openmp)
 
+    def test_other_peers(self):
+        # ONNX Runtime's document and a labelled PyTorch (another version) are CPU peers: OpenMP
+        # is compared with each of them, beside the plain "pytorch" run.
+        with open(TORCH) as f:
+            doc = json.load(f)
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for name, factor in (("onnxruntime", 0.5), ("pytorch-2.11", 2.0)):
+                other = dict(doc, results=[dict(r, backend=name, median_s=r["median_s"] * factor)
+                                           for r in doc["results"]])
+                if name == "onnxruntime":
+                    other["onnxruntime"] = "1.32.0"
+                paths.append(os.path.join(tmp, name + ".json"))
+                with open(paths[-1], "w") as f:
+                    json.dump(other, f)
+            proc = run_report(os.path.join(tmp, "out"), BENCH, TORCH, *paths)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            md = read(os.path.join(tmp, "out", "report.md"))
+        ours = {r["case"]: r["median_s"] for r in results(BENCH) if r["backend"] == "openmp"}
+        torch = {r["case"]: r["median_s"] for r in results(TORCH)}
+        for name, factor in (("onnxruntime", 0.5), ("pytorch-2.11", 2.0)):
+            table = rows(section(md, f"### openmp vs {name}"))
+            case = next(c for c in ours if c in torch)
+            self.assertEqual(table[case][-1], f"{torch[case] * factor / ours[case]:.2f}x", name)
+        self.assertNotIn("### cuda vs onnxruntime", md)
+
     def test_pytorch_on_several_thread_counts(self):
         # A second PyTorch run on 1 thread, 1.7x slower: Serial (1 thread) is compared with it
         # alone, OpenMP (2 threads) with the 2-thread run alone.

@@ -183,6 +183,10 @@ TEMPLATE_LIST_TEST_CASE("Layers reject bad input with both shapes named and chan
   CHECK_THROWS_WITH((MultiHeadAttention<float, Space>(Space(), 10, {4, 0.0, 0})),
                     ContainsText("kformer::MultiHeadAttention") &&
                         ContainsText("heads (4) must divide d_model (10)"));
+  CHECK_THROWS_WITH((MultiHeadAttention<float, Space>(Space(), 1024, {2, 0.0, 0})),
+                    ContainsText("kformer::MultiHeadAttention") &&
+                        ContainsText("head width d_model / heads must be at most 256") &&
+                        ContainsText("1024 / 2 = 512"));
   TransformerEncoder<float, Space> encoder(Space(), 2, small_options(NormType::BatchNorm, false));
   Tensor3<float, M> x("x", 2, 5, 12), y("y", 2, 5, 16), x_ok("x_ok", 2, 5, 16);
   Kokkos::deep_copy(y, 3.0f);

@@ -111,7 +111,9 @@ class ValueEncoding {
   }
 
  private:
-  Kokkos::View<const float**, memory_space> frequency_parts() const { return frequency_parts_; }
+  Kokkos::View<const float**, Kokkos::LayoutRight, memory_space> frequency_parts() const {
+    return frequency_parts_;
+  }
 
   void check_finite(const std::string& where, const ExecutionSpace& exec,
                     const ConstTensor2& values) const {
@@ -126,7 +128,8 @@ class ValueEncoding {
 
   Sinusoid sinusoid_;
   Kokkos::View<double*, memory_space> frequencies_;
-  Kokkos::View<float**, memory_space> frequency_parts_;  // float(w_i) and the rest
+  Kokkos::View<float**, Kokkos::LayoutRight, memory_space>
+      frequency_parts_;  // float(w_i), the rest
 };
 
 }  // namespace kformer

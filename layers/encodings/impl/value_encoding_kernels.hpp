@@ -26,7 +26,7 @@ using TokenPolicy = Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::i
 template <class ExecutionSpace, class M>
 void value_encoding_frequencies(const ExecutionSpace& exec, const Sinusoid& s,
                                 const Kokkos::View<double*, M>& w,
-                                const Kokkos::View<float**, M>& w_parts) {
+                                const Kokkos::View<float**, Kokkos::LayoutRight, M>& w_parts) {
   Kokkos::parallel_for(
       "kformer::value_encoding::frequencies",
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, s.n_freq), KOKKOS_LAMBDA(const int i) {
@@ -120,7 +120,7 @@ KOKKOS_INLINE_FUNCTION void write_value_frequencies(const Sinusoid& s, const Fre
 template <bool kAddInput, class ExecutionSpace, class T, class M>
 void value_encoding_apply(const char* label, const ExecutionSpace& exec, const Sinusoid& s,
                           const Kokkos::View<const double*, M>& w,
-                          const Kokkos::View<const float**, M>& w_parts,
+                          const Kokkos::View<const float**, Kokkos::LayoutRight, M>& w_parts,
                           const Tensor2<const T, M>& values, const Tensor3<const T, M>& x,
                           const Tensor3<T, M>& y) {
   using policy_type = backends::BalancedTeamPolicy<ExecutionSpace>;
@@ -129,7 +129,7 @@ void value_encoding_apply(const char* label, const ExecutionSpace& exec, const S
       Kokkos::View<T*, typename ExecutionSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
   const std::int64_t tokens = std::int64_t(values.extent(0)) * values.extent(1);
   const int dim = s.dim;
-  const FrequencyPointers f{w.data(), &w_parts(0, 0), &w_parts(1, 0)};
+  const FrequencyPointers f{w.data(), w_parts.data(), w_parts.data() + w_parts.extent(1)};
   const T* const vp = values.data();
   const T* const xp = x.data();  // read only when kAddInput (encode passes y)
   T* const yp = y.data();
