@@ -1,5 +1,7 @@
 #include "cli.hpp"
 
+#include <cerrno>
+#include <cstdlib>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -13,7 +15,11 @@ namespace {
 CLI::Validator seed_value() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        if (text.find('-') == std::string::npos) return "";
+        errno = 0;
+        char* end = nullptr;
+        std::strtoull(text.c_str(), &end, 10);
+        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && errno != ERANGE) return "";
         return text + " is not a seed (a whole number from 0 to 18446744073709551615)";
       },
       "", "seed");
@@ -176,6 +182,11 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
   auto* info = app.add_subcommand("info", "list the enabled backends and devices");
 
   app.parse(argc, argv);
+  for (CLI::App* command : {pretrain, finetune})
+    for (const char* name : {"--d-model", "--heads", "--layers", "--dim-feedforward",
+                             "--activation", "--norm", "--norm-first", "--pos-encoding",
+                             "--projection", "--conv-kernel"})
+      if (*command && command->count(name) > 0) o.model.architecture_given.push_back(name);
   o.run.progress = !o.no_progress;
   o.run.best.keep = *pretrain ? keep_best_pretrain : *finetune && keep_best_finetune;
   o.encode.precision = o.precision;

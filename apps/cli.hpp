@@ -31,6 +31,9 @@ struct ModelOptions {
               projection = "linear";
   bool norm_first = false;
   int conv_kernel = 3;
+  // The architecture options given on the command line ("--d-model", ...), which a pretrained
+  // model's own architecture would override.
+  std::vector<std::string> architecture_given;
 };
 
 // The training options of the command line, turned into a TrainingOptions by training_options()

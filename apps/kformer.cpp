@@ -13,11 +13,14 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -109,9 +112,15 @@ Datasets load_train_validation(const DataOptions& d, std::uint64_t seed,
     sets.validation = load_dataset(d.test, d, sets.train.class_names);
   } else {
     const auto split = data::train_validation_split(all, d.validation_fraction, seed);
+    if (split.train.empty() || split.validation.empty())
+      fail("kformer", "--val-ratio ", d.validation_fraction, " of ", all.n_series,
+           " series leaves ", split.train.size(), " to train on and ", split.validation.size(),
+           " to validate: give --test, or a --val-ratio that leaves both some");
     sets.train = all.subset(split.train);
     sets.validation = all.subset(split.validation);
   }
+  if (sets.validation.n_series == 0) fail("kformer", d.test, " holds no series to validate on");
+  require_observed_values(sets.train, d.train);
   // Both padded to the longer of the two, so that one model serves both.
   const std::int64_t max_len = std::max(sets.train.max_len, sets.validation.max_len);
   sets.train.set_max_len(max_len);
@@ -142,12 +151,15 @@ void command_pretrain(const Space& exec, const DataOptions& given, const ModelOp
   check_key_metric(r, TstTask::Imputation);
   const DataOptions d = with_missing_values(given, data::MissingValues::Zero);
   Datasets sets = load_train_validation(d, training.seed);
+  check_pretraining(t, sets.train);
   print_data("training data", sets.train);
   print_data("validation data", sets.validation);
   const auto standardization = data::Standardization::fit(sets.train);
   standardization.apply(sets.train);
   standardization.apply(sets.validation);
-  TimeSeriesTransformer<T, Space> model(exec, model_config(m, sets.train, TstTask::Imputation));
+  const TstConfig config = model_config(m, sets.train, TstTask::Imputation);
+  check_problem_size<Space>(config, sets.train, training.batch_size, true);
+  TimeSeriesTransformer<T, Space> model(exec, config);
   TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
   int first = 0;
@@ -195,6 +207,11 @@ void command_finetune(const Space& exec, const DataOptions& given, const ModelOp
   if (!pretrained.empty()) {
     // The pretrained model decides the architecture and the standardization.
     const CheckpointInfo source = read_checkpoint_config(pretrained);
+    if (!m.architecture_given.empty())
+      fail("kformer finetune", m.architecture_given.front(),
+           " does not apply with --pretrained: the model is the pretrained one (d_model ",
+           source.config.d_model, ", ", source.config.n_heads, " heads, ", source.config.num_layers,
+           " layers)");
     TstConfig c = source.config;
     c.task = config.task;
     c.num_outputs = config.num_outputs;
@@ -202,6 +219,7 @@ void command_finetune(const Space& exec, const DataOptions& given, const ModelOp
     c.dropout = config.dropout;
     config = c;
   }
+  check_problem_size<Space>(config, sets.train, training.batch_size, true);
   TimeSeriesTransformer<T, Space> model(exec, config);
   TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
@@ -257,6 +275,7 @@ Loaded<T, Space> load_for_inference(const Space& exec, const std::string& checkp
     fail("kformer", path, " has series of up to ", data.max_len,
          " steps, longer than the model's max_len ", info.config.max_len);
   if (info.config.task != TstTask::Imputation) data.set_max_len(info.config.max_len);
+  require_observed_values(data, path);
   Loaded<T, Space> loaded{info, TimeSeriesTransformer<T, Space>(exec, info.config),
                           std::move(data)};
   loaded.info = load_checkpoint<T, Space>(exec, checkpoint, loaded.model, nullptr);
@@ -273,8 +292,13 @@ void command_evaluate(const Space& exec, const std::string& checkpoint, const st
   print_data("data", loaded.data);
   TrainingOptions o;
   o.batch_size = batch_size;
+  check_problem_size<Space>(loaded.info.config, loaded.data, batch_size, false);
   TstTrainer<T, Space> trainer(exec, loaded.model, o, loaded.data);
   const Evaluation e = trainer.evaluate(exec, loaded.data);
+  if (std::isnan(e.loss))
+    fail("kformer evaluate", "the loss on ", path,
+         " is NaN: the model's outputs are not finite "
+         "(its weights overflow, or it diverged in training)");
   std::printf("%s\n", describe(e, loaded.info.config.task).c_str());
 }
 
@@ -282,11 +306,15 @@ template <class T, class Space>
 void command_embed(const Space& exec, const std::string& checkpoint, const std::string& path,
                    const DataOptions& d, const std::string& output, int batch_size) {
   auto loaded = load_for_inference<T, Space>(exec, checkpoint, path, d);
+  check_problem_size<Space>(loaded.info.config, loaded.data, batch_size, false);
   TrainingOptions o;
   o.batch_size = batch_size;
   TstTrainer<T, Space> trainer(exec, loaded.model, o, loaded.data);
   std::vector<float> steps, pooled;
   trainer.representations(exec, loaded.data, steps, pooled);
+  if (!std::all_of(pooled.begin(), pooled.end(), [](float v) { return std::isfinite(v); }))
+    fail("kformer embed", "the model's representations of ", path,
+         " are not finite (its weights overflow, or it diverged in training): nothing written");
   const int dim = loaded.info.config.d_model;
   std::ostringstream csv;
   csv.precision(8);
@@ -319,6 +347,7 @@ void command_predict(const Space& exec, const std::string& checkpoint, const std
   auto loaded = load_for_inference<T, Space>(exec, checkpoint, path, d);
   const auto& data = loaded.data;
   const TstConfig& c = loaded.info.config;
+  check_problem_size<Space>(c, data, batch_size, false);
   TrainingOptions o;
   o.batch_size = batch_size;
   TstTrainer<T, Space> trainer(exec, loaded.model, o, data);
@@ -329,6 +358,9 @@ void command_predict(const Space& exec, const std::string& checkpoint, const std
     mask = data::read_mask_csv(masks, data);
   }
   std::vector<float> out = trainer.predict(exec, data, false, masks.empty() ? nullptr : &mask);
+  if (!std::all_of(out.begin(), out.end(), [](float v) { return std::isfinite(v); }))
+    fail("kformer predict", "the model's outputs on ", path,
+         " are not finite (its weights overflow, or it diverged in training): nothing written");
   std::ostringstream csv;
   csv.precision(8);
   if (c.task == TstTask::Imputation) {
@@ -579,13 +611,74 @@ void dispatch(const std::string& backend, const std::string& precision, F&& f) {
 
 }  // namespace
 
-int main(int argc, char* argv[]) {
+namespace {
+
+// The --kokkos-* options Kokkos 3.4 to 5.2 read, and what their values must be ("" for a flag,
+// "n>=0", "n>=1" for whole numbers, "text" for anything): Kokkos ignores the names it does not
+// know, and aborts on some bad values, so both are refused here first.
+const std::map<std::string, std::string>& kokkos_options() {
+  static const std::map<std::string, std::string> options = {{"--kokkos-threads", "n>=1"},
+                                                             {"--kokkos-num-threads", "n>=1"},
+                                                             {"--kokkos-numa", "n>=1"},
+                                                             {"--kokkos-device-id", "n>=0"},
+                                                             {"--kokkos-num-devices", "n>=1"},
+                                                             {"--kokkos-skip-device", "n>=0"},
+                                                             {"--kokkos-map-device-id-by", "text"},
+                                                             {"--kokkos-disable-warnings", ""},
+                                                             {"--kokkos-print-configuration", ""},
+                                                             {"--kokkos-tune-internals", ""},
+                                                             {"--kokkos-help", ""},
+                                                             {"--kokkos-tools-library", "text"},
+                                                             {"--kokkos-tools-libs", "text"},
+                                                             {"--kokkos-tools-args", "text"},
+                                                             {"--kokkos-tools-help", ""}};
+  return options;
+}
+
+// "" when `arg` is a --kokkos-* option Kokkos reads with a valid value, else why not.
+std::string kokkos_option_problem(const std::string& arg) {
+  const std::size_t eq = arg.find('=');
+  const std::string name = arg.substr(0, eq);
+  const auto found = kokkos_options().find(name);
+  if (found == kokkos_options().end()) {
+    std::string known;
+    for (const auto& [option, value] : kokkos_options())
+      known += (known.empty() ? "" : ", ") + option;
+    return "unknown Kokkos option '" + name + "' (known: " + known + ")";
+  }
+  const std::string& kind = found->second;
+  if (kind.empty())
+    return eq == std::string::npos ? "" : name + " takes no value, got '" + arg + "'";
+  if (eq == std::string::npos) return name + " needs a value: " + name + "=VALUE";
+  const std::string value = arg.substr(eq + 1);
+  if (kind == "text") return value.empty() ? name + " needs a value, got nothing" : "";
+  const long long low = kind == "n>=1" ? 1 : 0;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE || n < low || n > 1 << 20)
+    return name + " needs a whole number from " + std::to_string(low) + " to 1048576, got '" +
+           value + "'";
+  return "";
+}
+
+}  // namespace
+
+// The program; main() adds the last guard.
+static int run_program(int argc, char* argv[]) {
   // --kokkos-* arguments go to Kokkos, the rest to the command line parser.
   std::vector<char*> kokkos_args = {argv[0]}, app_args = {argv[0]};
   for (int i = 1; i < argc; ++i)
     (std::string(argv[i]).rfind("--kokkos-", 0) == 0 ? kokkos_args : app_args).push_back(argv[i]);
   int kokkos_argc = static_cast<int>(kokkos_args.size());
   const int app_argc = static_cast<int>(app_args.size());
+  for (int i = 1; i < kokkos_argc; ++i) {
+    const std::string problem = kokkos_option_problem(kokkos_args[std::size_t(i)]);
+    if (!problem.empty()) {
+      std::fprintf(stderr, "kformer: error: %s\n", problem.c_str());
+      return 2;
+    }
+  }
 
   CLI::App app;
   CliOptions cli;
@@ -610,7 +703,13 @@ int main(int argc, char* argv[]) {
   // unset variable at every run; a user who sets it (e.g. spread, for benchmarks) is not
   // overridden.
   setenv("OMP_PROC_BIND", "false", /*overwrite=*/0);
-  Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
+  std::optional<Kokkos::ScopeGuard> kokkos;
+  try {
+    kokkos.emplace(kokkos_argc, kokkos_args.data());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kformer: error: Kokkos did not start: %s\n", e.what());
+    return 2;
+  }
   backends::set_reproducible_gemm(cli.reproducible);
   try {
     switch (command) {
@@ -673,4 +772,18 @@ int main(int argc, char* argv[]) {
     return 3;
   }
   return 0;
+}
+
+int main(int argc, char* argv[]) {
+  // Whatever escapes run_program() (an exception of the command-line library's own setup, an
+  // allocation that fails before the commands' handlers) still ends in one line and a non-zero
+  // exit.
+  try {
+    return run_program(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kformer: error (unexpected): %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "kformer: error (unexpected): an unknown exception\n");
+  }
+  return 3;
 }

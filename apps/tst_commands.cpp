@@ -2,7 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace kformer::app {
 
@@ -71,6 +75,8 @@ TstConfig model_config(const ModelOptions& m, const data::SeriesSet& data, TstTa
   c.pos_encoding = parse_pos_encoding(m.pos_encoding);
   c.projection = parse_projection(m.projection);
   c.conv.kernel_size = m.conv_kernel;
+  if (m.conv_kernel < 1)
+    fail("kformer", "--conv-kernel must be at least 1, got ", m.conv_kernel);
   c.task = task;
   c.num_outputs = task == TstTask::Classification ? static_cast<int>(data.class_names.size())
                   : task == TstTask::Regression   ? static_cast<int>(data.n_targets)
@@ -117,7 +123,52 @@ TrainingOptions training_options(const TrainCliOptions& t) {
     fail(where, "unknown mask distribution '", t.mask_distribution,
          "' (expected geometric or bernoulli)");
   if (t.epochs < 0) fail(where, "--epochs must not be negative, got ", t.epochs);
+  if (!(t.clip_norm >= 0) || !std::isfinite(t.clip_norm))
+    fail(where, "--clip-norm must be a finite number of at least 0 (0 turns clipping off), got ",
+         t.clip_norm);
+  if (!(t.lr_factor > 0) || !std::isfinite(t.lr_factor))
+    fail(where, "--lr-factor must be a finite number above 0, got ", t.lr_factor);
+  if (!(t.l2_reg >= 0) || !std::isfinite(t.l2_reg))
+    fail(where, "--l2-reg must be a finite number of at least 0, got ", t.l2_reg);
+  if (t.forecast_horizon < 0)
+    fail(where, "--forecast must be a number of steps of at least 0 (0: masked values instead), "
+                "got ",
+         t.forecast_horizon);
   return o;
+}
+
+void check_pretraining(const TrainCliOptions& t, const data::SeriesSet& train) {
+  const std::string where = "kformer pretrain";
+  if (t.forecast_horizon == 0 && !(t.masking_ratio > 0 && t.masking_ratio < 1))
+    fail(where, "--masking-ratio must be above 0 and below 1 (the fraction of values masked), got ",
+         t.masking_ratio, ": with none masked there is nothing to learn");
+  std::vector<bool> excluded(static_cast<std::size_t>(train.n_features), false);
+  for (const int f : t.exclude_features) {
+    if (f < 0 || f >= train.n_features)
+      fail(where, "--exclude-features names feature ", f, ", the data has features 0 to ",
+           train.n_features - 1);
+    excluded[std::size_t(f)] = true;
+  }
+  if (t.forecast_horizon == 0 && train.n_features > 0 &&
+      std::all_of(excluded.begin(), excluded.end(), [](bool e) { return e; }))
+    fail(where, "--exclude-features excludes all ", train.n_features,
+         " features: nothing would be masked");
+  if (t.forecast_horizon > 0) {
+    std::int32_t shortest = std::numeric_limits<std::int32_t>::max();
+    for (const std::int32_t length : train.lengths)
+      shortest = std::min(shortest, length);
+    if (!train.lengths.empty() && t.forecast_horizon >= shortest)
+      fail(where, "--forecast ", t.forecast_horizon, " masks whole series: the shortest has ",
+           shortest, " steps (the forecast must be shorter)");
+  }
+}
+
+void require_observed_values(const data::SeriesSet& data, const std::string& path) {
+  for (std::int64_t s = 0; s < data.n_series; ++s)
+    for (std::size_t i = data.offset(s, 0); i < data.offset(s, data.lengths[std::size_t(s)]); ++i)
+      if (!std::isnan(data.values[i])) return;
+  fail("kformer", path, ": every value of its ", data.n_series,
+       " series is missing: nothing to learn from or predict");
 }
 
 std::string describe(const Evaluation& e, TstTask task) {

@@ -1,6 +1,7 @@
 // The kformer program's TST commands, written once for any execution space and scalar type.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <kformer/backends/device_info.hpp>
 #include <kformer/core/error.hpp>
 #include <kformer/core/file_io.hpp>
 #include <kformer/data/csv_format.hpp>
@@ -38,6 +40,19 @@ TstConfig model_config(const ModelOptions& m, const data::SeriesSet& data, TstTa
 // mode or mask distribution, and for a negative number of epochs.
 TrainingOptions training_options(const TrainCliOptions& t);
 std::string describe(const Evaluation& e, TstTask task);
+
+// Throws kformer::Error when pretraining on `train` would learn nothing or mask what is not
+// there: a masking ratio of 0 (or 1), every feature excluded from masking, a feature index past
+// the data's, a --forecast that covers the shortest series.
+void check_pretraining(const TrainCliOptions& t, const data::SeriesSet& train);
+// Throws kformer::Error when every value of `data` (read from `path`) is missing.
+void require_observed_values(const data::SeriesSet& data, const std::string& path);
+// Throws kformer::Error when a training step on batches of `batch_size` series of `data` would
+// need more memory than the space has; prints a warning with the count when an epoch needs more
+// than 1e15 floating-point operations (hours on a CPU).
+template <class Space>
+void check_problem_size(const TstConfig& c, const data::SeriesSet& data, int batch_size,
+                        bool training);
 
 // Throws kformer::Error unless r.best.metric applies to `task` (accuracy: classification only).
 // Commands call it before they create or write anything.
@@ -100,6 +115,9 @@ EpochsResult train_epochs(const Space& exec, TimeSeriesTransformer<T, Space>& mo
     });
     result.last = trainer.evaluate(exec, validation);
     result.last_epoch = epoch + 1;
+    if (std::isnan(result.last.loss))
+      fail("kformer " + run, "the validation loss is NaN after epoch ", epoch + 1,
+           ": the model diverged (try a lower --lr or --clip-norm); this epoch was not saved");
     progress.epoch(epoch, stats.loss, describe(result.last, task), stats.seconds);
     log.add({run, epoch + 1, stats.loss, result.last.loss,
              task == TstTask::Classification ? result.last.accuracy
@@ -135,6 +153,36 @@ EpochsResult train_epochs(const Space& exec, TimeSeriesTransformer<T, Space>& mo
                 result.best_epoch, result.last_epoch, r.best.metric.c_str(), best_value,
                 checkpoint_dir.c_str());
   return result;
+}
+
+template <class Space>
+void check_problem_size(const TstConfig& c, const data::SeriesSet& data, int batch_size,
+                        bool training) {
+  const double b = std::max<std::int64_t>(1, std::min<std::int64_t>(batch_size, data.n_series));
+  const double s = static_cast<double>(std::max<std::int64_t>(data.max_len, 1));
+  const double d = c.d_model, ff = c.dim_feedforward, layers = c.num_layers;
+  // Per layer and token, what a training step holds: q, k, v, the attention output and its
+  // projection, the norms' inputs and outputs, the feed-forward's two (S, ff) activations, and
+  // about as much again for their gradients; attention itself is linear in S (no S x S buffer).
+  const double values_per_token = (12 * d + 3 * ff) * (training ? 2 : 1);
+  const double bytes = layers * b * s * values_per_token * sizeof(double);
+  const std::int64_t available =
+      backends::available_bytes<typename Space::memory_space>();
+  if (available >= 0 && bytes > double(available))
+    fail("kformer", "batches of ", b, " series of ", data.max_len, " steps need about ",
+         backends::format_bytes(bytes), " for a ", training ? "training step" : "forward pass",
+         " of this model, but ", backends::format_bytes(double(available)), " of ",
+         Space::memory_space::name(),
+         " is available: use a smaller --batch-size, shorter series or a smaller model");
+  const double per_series = layers * (2 * s * d * (4 * d + 2 * ff) + 4 * s * s * d);
+  const double flops = per_series * static_cast<double>(data.n_series) * (training ? 3 : 1);
+  if (flops > 1e15)
+    std::fprintf(stderr,
+                 "kformer: warning: one pass over these %lld series of up to %lld steps needs "
+                 "%.1e floating-point operations (attention grows with the square of the steps): "
+                 "hours on a CPU\n",
+                 static_cast<long long>(data.n_series), static_cast<long long>(data.max_len),
+                 flops);
 }
 
 }  // namespace kformer::app

@@ -13,6 +13,19 @@
 
 namespace kformer {
 
+void require_regular_file(const std::string& path, const std::string& where) {
+  struct stat status;
+  if (stat(path.c_str(), &status) != 0)
+    fail(where, "cannot read '", path, "': ", std::strerror(errno));
+  if (S_ISREG(status.st_mode)) return;
+  const char* kind = S_ISDIR(status.st_mode)    ? "a directory"
+                     : S_ISFIFO(status.st_mode) ? "a FIFO (a pipe)"
+                     : S_ISSOCK(status.st_mode) ? "a socket"
+                     : S_ISCHR(status.st_mode) || S_ISBLK(status.st_mode) ? "a device"
+                                                                          : "not a regular file";
+  fail(where, "cannot read '", path, "': it is ", kind, ", not a regular file");
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   const std::string where = "kformer::write_file_atomic";
   if (path.empty()) fail(where, "output path is empty");

@@ -11,4 +11,9 @@ namespace kformer {
 // file untouched. Throws kformer::Error naming the path and the system's reason.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
+// Throws kformer::Error "<where>: cannot read '<path>': ..." unless path names a regular file:
+// missing, a directory, a FIFO (whose open would wait for a writer forever), a device or a socket.
+// It only looks (stat), so it never blocks; check before opening.
+void require_regular_file(const std::string& path, const std::string& where);
+
 }  // namespace kformer

@@ -82,7 +82,9 @@ void write_heatmap_png(const std::string& path, const std::vector<double>& value
       // Diverging map: t in [-1, 1], blue (-1) -> white (0) -> red (+1).
       const double t =
           std::clamp(2.0 * (values[std::size_t(r) * cols + c] - lo) / (hi - lo) - 1.0, -1.0, 1.0);
-      const auto fade = [](double a) { return static_cast<std::uint8_t>(255.0 * (1.0 - a) + 0.5); };
+      const auto fade = [](double a) {
+        return static_cast<std::uint8_t>(std::lround(255.0 * (1.0 - a)));
+      };
       const std::uint8_t red = t < 0 ? fade(-t) : 255, blue = t > 0 ? fade(t) : 255;
       const std::uint8_t green = fade(std::abs(t));
       for (int dy = 0; dy < cell_height; ++dy) {

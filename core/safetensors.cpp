@@ -258,17 +258,18 @@ std::int64_t TensorInfo::numel() const {
 
 // --- reading ------------------------------------------------------------------------------------
 
-File File::from_header(std::string_view header, std::uint64_t data_size, std::string source,
-                       const std::string& where) {
+namespace {
+
+// The header as JSON: refused when it is not UTF-8 JSON or repeats a key in one object
+// (nlohmann keeps the last of duplicate keys silently; the parser's callback notes them).
+nlohmann::json parse_header_json(std::string_view header, const std::string& source,
+                                 const std::string& where) {
   using json = nlohmann::json;
   if (header.empty() || header.front() != '{')
     fail(where, source, ": the header does not start with '{' (not a safetensors file?)");
   if (const std::size_t at = invalid_utf8_at(header); at != std::string_view::npos)
     fail(where, source, ": the header is not valid UTF-8 (byte ", at, " of the header)");
-
-  // nlohmann keeps the last of duplicate keys silently; the callback records them instead, one
-  // set of keys per open object.
-  std::vector<std::set<std::string>> open_objects;
+  std::vector<std::set<std::string>> open_objects;  // the keys seen in each open object
   std::string duplicate;
   bool duplicate_is_tensor = false;
   const json::parser_callback_t note_duplicates = [&](int, json::parse_event_t event,
@@ -297,83 +298,110 @@ File File::from_header(std::string_view header, std::uint64_t data_size, std::st
     fail(where, source, ": key '", duplicate, "' appears twice in one object of the header");
   }
   if (!root.is_object()) fail(where, source, ": the header is not a JSON object");
+  return root;
+}
 
-  File file;
-  file.source_ = std::move(source);
+// __metadata__: an object of strings.
+std::map<std::string, std::string> parse_metadata(const nlohmann::json& entry,
+                                                  const std::string& source,
+                                                  const std::string& where) {
+  if (!entry.is_object()) fail(where, source, ": __metadata__ is not an object of strings");
+  std::map<std::string, std::string> metadata;
+  for (const auto& [key, value] : entry.items()) {
+    if (!value.is_string()) fail(where, source, ": __metadata__ entry '", key, "' is not a string");
+    metadata.emplace(key, value.get<std::string>());
+  }
+  return metadata;
+}
+
+// One tensor's entry: its dtype, shape and data offsets, consistent with each other and inside
+// the data section of data_size bytes.
+TensorInfo parse_tensor_entry(const std::string& name, const nlohmann::json& entry,
+                              std::uint64_t data_size, const std::string& source,
+                              const std::string& where) {
+  using json = nlohmann::json;
+  const auto bad = [&](const auto&... parts) {
+    fail(where, source, ": tensor '", name, "': ", parts...);
+  };
   const auto as_offset = [](const json& value, std::uint64_t& out) {
     if (!value.is_number_unsigned()) return false;
     out = value.get<std::uint64_t>();
     return true;
   };
-  for (const auto& [name, entry] : root.items()) {
-    const auto bad = [&, name = name](const auto&... parts) {
-      fail(where, file.source_, ": tensor '", name, "': ", parts...);
-    };
-    if (name == "__metadata__") {
-      if (!entry.is_object())
-        fail(where, file.source_, ": __metadata__ is not an object of strings");
-      for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string())
-          fail(where, file.source_, ": __metadata__ entry '", key, "' is not a string");
-        file.metadata_.emplace(key, value.get<std::string>());
-      }
-      continue;
-    }
-    if (!entry.is_object()) bad("the entry is not an object");
-    TensorInfo info;
-    info.name = name;
-    const auto dtype_it = entry.find("dtype");
-    if (dtype_it == entry.end() || !dtype_it->is_string()) bad("no \"dtype\" string");
-    const auto& dtype = dtype_it->get_ref<const std::string&>();
-    if (!parse_dtype(dtype, info.dtype))
-      bad("unknown dtype \"", dtype, "\" (known: ", known_dtypes(), ")");
-    const auto shape_it = entry.find("shape");
-    if (shape_it == entry.end() || !shape_it->is_array()) bad("no \"shape\" array");
-    for (const auto& extent : *shape_it) {
-      std::uint64_t value;
-      if (!as_offset(extent, value) ||
-          value > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
-        bad("shape ", shape_it->dump(), " holds something other than non-negative integers");
-      info.shape.push_back(static_cast<std::int64_t>(value));
-    }
-    const auto offsets_it = entry.find("data_offsets");
-    if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
-        !as_offset((*offsets_it)[0], info.begin) || !as_offset((*offsets_it)[1], info.end))
-      bad("no \"data_offsets\" pair of non-negative integers");
-    if (info.begin > info.end)
-      bad("data_offsets [", info.begin, ", ", info.end, "] end before they begin");
-    if (info.end > data_size)
-      bad("data_offsets [", info.begin, ", ", info.end, "] run past the end of the data (",
-          data_size, " bytes; the file is truncated or the offsets are wrong)");
-    const std::int64_t numel = checked_numel(info.shape, dtype_size(info.dtype));
-    if (numel < 0 || std::uint64_t(numel) * dtype_size(info.dtype) != info.byte_size())
-      bad("shape ", shape_text(info.shape), " of ", dtype, " needs ",
-          needed_bytes(numel, dtype_size(info.dtype)), " bytes but data_offsets [", info.begin,
-          ", ", info.end, "] hold ", info.byte_size());
-    file.tensors_.push_back(std::move(info));
+  if (!entry.is_object()) bad("the entry is not an object");
+  TensorInfo info;
+  info.name = name;
+  const auto dtype_it = entry.find("dtype");
+  if (dtype_it == entry.end() || !dtype_it->is_string()) bad("no \"dtype\" string");
+  const auto& dtype = dtype_it->get_ref<const std::string&>();
+  if (!parse_dtype(dtype, info.dtype))
+    bad("unknown dtype \"", dtype, "\" (known: ", known_dtypes(), ")");
+  const auto shape_it = entry.find("shape");
+  if (shape_it == entry.end() || !shape_it->is_array()) bad("no \"shape\" array");
+  for (const auto& extent : *shape_it) {
+    std::uint64_t value;
+    if (!as_offset(extent, value) ||
+        value > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+      bad("shape ", shape_it->dump(), " holds something other than non-negative integers");
+    info.shape.push_back(static_cast<std::int64_t>(value));
   }
+  const auto offsets_it = entry.find("data_offsets");
+  if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
+      !as_offset((*offsets_it)[0], info.begin) || !as_offset((*offsets_it)[1], info.end))
+    bad("no \"data_offsets\" pair of non-negative integers");
+  if (info.begin > info.end)
+    bad("data_offsets [", info.begin, ", ", info.end, "] end before they begin");
+  if (info.end > data_size)
+    bad("data_offsets [", info.begin, ", ", info.end, "] run past the end of the data (", data_size,
+        " bytes; the file is truncated or the offsets are wrong)");
+  const std::int64_t numel = checked_numel(info.shape, dtype_size(info.dtype));
+  if (numel < 0 || std::uint64_t(numel) * dtype_size(info.dtype) != info.byte_size())
+    bad("shape ", shape_text(info.shape), " of ", dtype, " needs ",
+        needed_bytes(numel, dtype_size(info.dtype)), " bytes but data_offsets [", info.begin, ", ",
+        info.end, "] hold ", info.byte_size());
+  return info;
+}
 
-  // The data section must be covered exactly: tensors back to back, no overlaps, no holes, no
-  // bytes after the last one.
-  std::sort(file.tensors_.begin(), file.tensors_.end(), [](const auto& a, const auto& b) {
+// The tensors sorted by offset must cover the data section exactly: back to back, no overlaps, no
+// holes, no bytes after the last one.
+void check_coverage(std::vector<TensorInfo>& tensors, std::uint64_t data_size,
+                    const std::string& source, const std::string& where) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
     return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
   });
   std::uint64_t covered = 0;
-  for (std::size_t i = 0; i < file.tensors_.size(); ++i) {
-    const auto& t = file.tensors_[i];
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
     if (t.begin < covered)
-      fail(where, file.source_, ": tensor '", t.name, "' (bytes [", t.begin, ", ", t.end,
-           ")) overlaps tensor '", file.tensors_[i - 1].name, "' (bytes [",
-           file.tensors_[i - 1].begin, ", ", file.tensors_[i - 1].end, "))");
+      fail(where, source, ": tensor '", t.name, "' (bytes [", t.begin, ", ", t.end,
+           ")) overlaps tensor '", tensors[i - 1].name, "' (bytes [", tensors[i - 1].begin, ", ",
+           tensors[i - 1].end, "))");
     if (t.begin > covered)
-      fail(where, file.source_, ": data bytes [", covered, ", ", t.begin,
+      fail(where, source, ": data bytes [", covered, ", ", t.begin,
            ") belong to no tensor (the format allows no gaps before tensor '", t.name, "')");
     covered = t.end;
-    file.index_.emplace(t.name, i);
   }
   if (covered != data_size)
-    fail(where, file.source_, ": the last ", data_size - covered, " of the ", data_size,
+    fail(where, source, ": the last ", data_size - covered, " of the ", data_size,
          " data bytes belong to no tensor");
+}
+
+}  // namespace
+
+File File::from_header(std::string_view header, std::uint64_t data_size, std::string source,
+                       const std::string& where) {
+  const nlohmann::json root = parse_header_json(header, source, where);
+  File file;
+  file.source_ = std::move(source);
+  for (const auto& [name, entry] : root.items()) {
+    if (name == "__metadata__")
+      file.metadata_ = parse_metadata(entry, file.source_, where);
+    else
+      file.tensors_.push_back(parse_tensor_entry(name, entry, data_size, file.source_, where));
+  }
+  check_coverage(file.tensors_, data_size, file.source_, where);
+  for (std::size_t i = 0; i < file.tensors_.size(); ++i)
+    file.index_.emplace(file.tensors_[i].name, i);
   file.data_size_ = data_size;
   file.data_.reset(new unsigned char[std::max<std::uint64_t>(data_size, 1)]);
   return file;
@@ -381,6 +409,7 @@ File File::from_header(std::string_view header, std::uint64_t data_size, std::st
 
 File File::read(const std::string& path) {
   const std::string where = "kformer::safetensors::File::read";
+  require_regular_file(path, where);  // before fopen, which waits forever on a FIFO
   std::FILE* stream = std::fopen(path.c_str(), "rb");
   if (!stream) fail(where, "cannot open '", path, "': ", std::strerror(errno));
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(stream, &std::fclose);
@@ -485,7 +514,9 @@ std::vector<std::int64_t> File::to_int64(std::string_view name) const {
         fail(where, source_, ": tensor '", t.name, "': U64 value ", value, " at element ", i,
              " does not fit in int64");
     }
-    out[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(value);
+    // I8 elements are int8_t, signed by the format: sign extension is the conversion wanted.
+    out[static_cast<std::size_t>(i)] =
+        static_cast<std::int64_t>(value);  // NOLINT(bugprone-signed-char-misuse)
   });
   return out;
 }

@@ -6,6 +6,8 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 
 #include "../core/error.hpp"
@@ -36,18 +38,19 @@ class CsvReader {
         source_(std::move(source)),
         where_(std::move(where)),
         delimiter_(delimiter) {
+    position_ = detail::utf8_bom_length(text_);
     std::string_view line;
     while (next_line(line))
       if (!detail::trim(line).empty()) break;
     if (detail::trim(line).empty()) fail(where_, source_, ": no header line (the file is empty)");
     header_line_ = line_;
     split(line, header_);
+    std::unordered_set<std::string_view> seen;  // a pass per column would be quadratic
     for (std::size_t i = 0; i < header_.size(); ++i) {
       const Field& name = header_[i];
       if (name.text.empty()) error(name.column, "column ", i + 1, " of the header has no name");
-      for (std::size_t j = 0; j < i; ++j)
-        if (header_[j].text == name.text)
-          error(name.column, "column '", name.text, "' appears twice in the header");
+      if (!seen.insert(name.text).second)
+        error(name.column, "column '", name.text, "' appears twice in the header");
       names_.push_back(name.text);
     }
   }

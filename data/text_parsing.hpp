@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <string_view>
 
@@ -60,23 +61,35 @@ inline bool fits_float(double value) {
   return std::abs(value) <= double(std::numeric_limits<float>::max());
 }
 
+// `text` fit for a one-line message: control characters and bytes that are not UTF-8 as \xNN, so
+// that the text a message quotes from a binary or UTF-16 file neither cuts nor garbles it.
+std::string printable(std::string_view text);
+
 // Throws Error("<where>: <source>:<line>:<column>: <parts...>"), the position of a problem in a
-// text file (both counted from 1; column in bytes).
+// text file (both counted from 1; column in bytes), the quoted text made printable.
 template <class... Parts>
 [[noreturn]] void fail_at(const std::string& where, const std::string& source, std::int64_t line,
                           std::int64_t column, const Parts&... parts) {
-  fail(where, source, ':', line, ':', column, ": ", parts...);
+  std::ostringstream message;
+  (message << ... << parts);
+  fail(where, source, ':', line, ':', column, ": ", printable(message.str()));
 }
 
 // The whole file as text. Throws Error("<where>: cannot read '<path>': <reason>").
 std::string read_text_file(const std::string& path, const std::string& where);
 
+// The bytes of a UTF-8 byte order mark at the start of `text` (3, or 0 without one): editors and
+// spreadsheets write one; it is skipped, and columns on the first line count after it.
+inline std::size_t utf8_bom_length(std::string_view text) {
+  return text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+}
+
 // Calls on_line(line_number, line) for each line of `text` (numbered from 1, without the line
-// break; a trailing '\r' of Windows line ends is dropped).
+// break; a trailing '\r' of Windows line ends is dropped; a leading UTF-8 byte order mark too).
 template <class OnLine>
 void for_each_line(std::string_view text, OnLine&& on_line) {
   std::int64_t number = 0;
-  std::size_t start = 0;
+  std::size_t start = utf8_bom_length(text);
   while (start < text.size()) {
     std::size_t end = text.find('\n', start);
     if (end == std::string_view::npos) end = text.size();

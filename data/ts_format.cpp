@@ -110,7 +110,7 @@ class TsParser {
       set.labels = labels_;
     }
     if (target_label_) {
-      set.n_targets = 1;
+      set.n_targets = n_targets_ > 0 ? n_targets_ : 1;  // 1 for a file without series
       set.targets = targets_;
     }
     return set;
@@ -312,10 +312,23 @@ class TsParser {
     if (field.text.empty())
       error(field.column, "expected a label after the last ':', found nothing");
     if (target_label_) {
-      double value;
-      if (!detail::parse_number(field.text, value) || !detail::fits_float(value))
-        error(field.column, "expected a numeric target, found '", field.text, "'");
-      targets_.push_back(static_cast<float>(value));
+      // One target, or several separated by ',' (a kformer extension for multi-target
+      // regression); every series has as many as the first.
+      split(field.text, field.column, ',', values_);
+      const std::int64_t count = static_cast<std::int64_t>(values_.size());
+      if (n_targets_ == 0) {
+        n_targets_ = count;
+        n_targets_line_ = line_;
+      }
+      if (count != n_targets_)
+        error(field.column, "expected ", n_targets_, n_targets_ == 1 ? " target" : " targets",
+              " (as on line ", n_targets_line_, "), found ", count);
+      for (const Token& target : values_) {
+        double value;
+        if (!detail::parse_number(target.text, value) || !detail::fits_float(value))
+          error(target.column, "expected a numeric target, found '", target.text, "'");
+        targets_.push_back(static_cast<float>(value));
+      }
     } else if (class_names_.empty()) {
       label_text_.emplace_back(field.text);
     } else {
@@ -350,6 +363,7 @@ class TsParser {
   std::vector<std::int32_t> labels_;
   std::vector<std::string> label_text_;  // labels when @classLabel names none
   std::vector<float> targets_;
+  std::int64_t n_targets_ = 0, n_targets_line_ = 0;  // targets per series, and where first seen
 };
 
 // The shortest decimal form that reads back as the same float (at most 9 significant digits).
@@ -386,9 +400,6 @@ std::string format_ts(const SeriesSet& data, const std::string& problem_name) {
     fail(where, "problem name '", problem_name, "' must be non-empty without spaces or ':'");
   if (data.n_series == 0 || data.n_features == 0)
     fail(where, "nothing to write (", data.n_series, " series of ", data.n_features, " features)");
-  if (data.n_targets > 1)
-    fail(where, "the .ts format holds one regression target per series, the set has ",
-         data.n_targets);
   if (data.is_classification() && data.is_regression())
     fail(where, "a .ts file holds class labels or a regression target, not both");
   for (const auto& name : data.class_names)
@@ -401,8 +412,9 @@ std::string format_ts(const SeriesSet& data, const std::string& problem_name) {
     equal_length = equal_length && length == data.lengths[0];
     for (std::size_t i = data.offset(s, 0); i < data.offset(s, length); ++i)
       missing = missing || std::isnan(data.values[i]);
-    if (data.is_regression() && !std::isfinite(data.targets[static_cast<std::size_t>(s)]))
-      fail(where, "series ", s, " has a target that is not a finite number");
+    for (std::int64_t k = 0; k < data.n_targets; ++k)
+      if (!std::isfinite(data.targets[static_cast<std::size_t>(s * data.n_targets + k)]))
+        fail(where, "series ", s, " has a target that is not a finite number");
   }
 
   std::string out = "# Written by kformer.\n@problemName " + problem_name +
@@ -434,8 +446,9 @@ std::string format_ts(const SeriesSet& data, const std::string& problem_name) {
     }
     if (data.is_classification())
       out += ":" + data.class_names[static_cast<std::size_t>(data.labels[s])];
-    else if (data.is_regression())
-      out += ":" + shortest(data.targets[static_cast<std::size_t>(s)]);
+    for (std::int64_t k = 0; k < data.n_targets; ++k)
+      out += (k ? "," : ":") +
+             shortest(data.targets[static_cast<std::size_t>(s * data.n_targets + k)]);
     out += '\n';
   }
   return out;

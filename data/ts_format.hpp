@@ -14,7 +14,9 @@
 //
 // One series per data line: its dimensions separated by ':', each a ','-separated list of values
 // ('?' or NaN for a missing value), then the class label or regression target after a last ':'
-// when @classLabel or @targetLabel is true. Identifiers are case-insensitive; @dimension and
+// when @classLabel or @targetLabel is true. Several regression targets per series, separated by
+// ',' after the last ':', are a kformer extension (sktime's format has one); every series of a
+// file has the same number. Identifiers are case-insensitive; @dimension and
 // @dimensions are both accepted. Timestamped series ("@timeStamps true", "(t,value)" tokens) are
 // refused with an error.
 #pragma once
@@ -29,7 +31,8 @@ namespace kformer::data {
 // Reads a .ts file. The series are padded with NaN to the longest one (max_len); every dimension
 // of a series must have the same number of values. Class indices follow the order of the names on
 // the @classLabel line; when the line lists no names, the labels found are sorted (as pandas'
-// categories, which the TST reference code uses). Regression files have one target per series.
+// categories, which the TST reference code uses). Regression files have one target per series, or
+// several (as many on every line).
 // Every problem is a kformer::Error "kformer::data::read_ts: <file>:<line>:<column>: <what was
 // expected and what was found>".
 SeriesSet read_ts(const std::string& path);
@@ -38,7 +41,7 @@ SeriesSet parse_ts(std::string_view text, const std::string& source);
 
 // The .ts text of a set: observed steps only (padding is not written), NaN as '?', each value
 // with the fewest digits that read back as the same float. Throws kformer::Error for what the
-// format cannot hold: more than one regression target, both labels and targets, a series without
+// format cannot hold: both labels and targets, a non-finite target, a series without
 // observed steps, class or problem names with white space or ':'.
 std::string format_ts(const SeriesSet& data, const std::string& problem_name);
 // format_ts written with write_file_atomic.

@@ -139,7 +139,7 @@ class Conv1dProjection {
   Tensor2<T, memory_space> im2col(const ExecutionSpace& exec, const ConstTensor3& x) {
     const int batch = x.extent(0), seq = x.extent(1), f_in = in_, k = o_.kernel_size;
     const int seq_out = output_length(seq), stride = o_.stride, dil = o_.dilation, pad = pad_left_;
-    const auto cols = cols_.view(std::int64_t(batch) * seq_out, std::int64_t(f_in) * k);
+    auto cols = cols_.view(std::int64_t(batch) * seq_out, std::int64_t(f_in) * k);
     Kokkos::parallel_for(
         "kformer::conv1d::im2col",
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(

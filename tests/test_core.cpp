@@ -91,6 +91,24 @@ TEST_CASE("write_file_atomic replaces whole files and leaves them alone on failu
   rmdir(dir.c_str());
 }
 
+TEST_CASE("require_regular_file refuses what is not a file without opening it", "[core][io]") {
+  char dir_template[] = "/tmp/kformer-test-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string fifo = dir + "/fifo", file = dir + "/file";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  write_file_atomic(file, "x");
+  // Opening a FIFO with no writer would wait forever; the check only looks at it.
+  CHECK_THROWS_WITH(require_regular_file(fifo, "where"),
+                    ContainsText("where: cannot read '" + fifo + "': it is a FIFO (a pipe)"));
+  CHECK_THROWS_WITH(require_regular_file(dir, "where"), ContainsText("it is a directory"));
+  CHECK_THROWS_WITH(require_regular_file(dir + "/nope", "where"),
+                    ContainsText("No such file or directory"));
+  CHECK_NOTHROW(require_regular_file(file, "where"));
+  std::remove(fifo.c_str());
+  std::remove(file.c_str());
+  rmdir(dir.c_str());
+}
+
 TEST_CASE("write_heatmap_png writes a PNG of the matrix size", "[core][io]") {
   const std::string path = "/tmp/kformer-test-heatmap.png";
   write_heatmap_png(path, {-1.0, 0.0, 1.0, 0.5, -0.5, 0.25}, 2, 3, -1.0, 1.0, 4, 2);

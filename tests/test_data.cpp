@@ -280,6 +280,28 @@ TEST_CASE(".ts: written sets read back identically", "[data][ts]") {
   CHECK(regression_back.values == regression.values);
   CHECK_THAT(format_ts(regression, "R"), ContainsText("@univariate true\n@equalLength true\n"
                                                       "@seriesLength 2\n@targetLabel true\n"));
+
+  // Several targets per series: ','-separated after the last ':', read back in order.
+  SeriesSet two_targets = regression;
+  two_targets.n_targets = 2;
+  two_targets.targets = {0.5f, 7.0f, -1.25f, 1e-3f};
+  const std::string two_text = format_ts(two_targets, "R2");
+  CHECK_THAT(two_text, ContainsText("\n1,2:0.5,7\n3,4:-1.25,0.001\n"));
+  const SeriesSet two_back = parse_ts(two_text, "r2.ts");
+  CHECK(two_back.n_targets == 2);
+  CHECK(two_back.targets == two_targets.targets);
+}
+
+TEST_CASE(".ts: several regression targets need the same count on every line",
+          "[data][ts][errors]") {
+  const std::string head = "@problemName R\n@univariate true\n@targetLabel true\n@data\n";
+  const SeriesSet three = parse_ts(head + "1,2:0.5,1,2\n3:4,5,6\n", "r.ts");
+  CHECK(three.n_targets == 3);
+  CHECK(three.targets == std::vector<float>{0.5f, 1, 2, 4, 5, 6});
+  CHECK_THAT(error_of([&] { parse_ts(head + "1,2:0.5,1\n3:4\n", "r.ts"); }),
+             ContainsText("r.ts:6:3: expected 2 targets (as on line 5), found 1"));
+  CHECK_THAT(error_of([&] { parse_ts(head + "1,2:0.5,x\n", "r.ts"); }),
+             ContainsText("r.ts:5:9: expected a numeric target, found 'x'"));
 }
 
 TEST_CASE(".ts: the writer refuses what the format cannot hold", "[data][ts][errors]") {
@@ -288,11 +310,11 @@ TEST_CASE(".ts: the writer refuses what the format cannot hold", "[data][ts][err
   set.lengths = {2};
   set.values = {1, 2};
   CHECK_THAT(error_of([&] { format_ts(set, "has space"); }), ContainsText("problem name"));
-  SeriesSet two_targets = set;
-  two_targets.n_targets = 2;
-  two_targets.targets = {1, 2};
-  CHECK_THAT(error_of([&] { format_ts(two_targets, "P"); }),
-             ContainsText("one regression target per series, the set has 2"));
+  SeriesSet infinite_target = set;
+  infinite_target.n_targets = 2;
+  infinite_target.targets = {1, std::numeric_limits<float>::infinity()};
+  CHECK_THAT(error_of([&] { format_ts(infinite_target, "P"); }),
+             ContainsText("series 0 has a target that is not a finite number"));
   SeriesSet bad_class = set;
   bad_class.class_names = {"a b"};
   bad_class.labels = {0};
@@ -410,6 +432,32 @@ TEST_CASE("CSV, one file: malformed input names the file, line and column", "[da
              ContainsText("ok.csv:1:1: no feature column 'nope' in the header"));
   CHECK_THAT(error_of([&] { read_csv(dir.path + "/missing.csv"); }),
              ContainsText("cannot read '" + dir.path + "/missing.csv'"));
+}
+
+TEST_CASE("A UTF-8 byte order mark is skipped, and a header of 100 000 columns read in one pass",
+          "[data][csv][ts]") {
+  const std::string bom = "\xEF\xBB\xBF";
+  const SeriesSet ts = parse_ts(bom + "@problemName p\n@univariate true\n@targetLabel true\n"
+                                      "@data\n1,2:3\n",
+                                "bom.ts");
+  CHECK(ts.n_series == 1);
+  CHECK(ts.targets == std::vector<float>{3});
+  CsvOptions o;
+  o.id_column = "id";
+  const SeriesSet csv = parse_csv(bom + "id,x\na,1\na,2\n", "bom.csv", o);
+  CHECK(csv.n_series == 1);
+  CHECK(csv.n_features == 1);
+  // 100 000 features: each header name checked against the others once (a pairwise check took a
+  // minute), and a duplicate still found.
+  std::string header = "id", row = "a";
+  for (int c = 0; c < 100000; ++c) {
+    header += ",c" + std::to_string(c);
+    row += ",1";
+  }
+  const SeriesSet wide = parse_csv(header + "\n" + row + "\n", "wide.csv", o);
+  CHECK(wide.n_features == 100000);
+  CHECK_THAT(error_of([&] { parse_csv(header + ",c77\n" + row + ",1\n", "wide.csv", o); }),
+             ContainsText("column 'c77' appears twice in the header"));
 }
 
 TEST_CASE("CSV, one file per series: labels file, time order, columns by name", "[data][csv]") {

@@ -372,7 +372,7 @@ TEST_CASE("safetensors reader rejects corrupt files with a clear message",
 TEST_CASE("safetensors reader reports unreadable paths", "[core][safetensors][errors]") {
   ScratchDir dir;
   CHECK_THROWS_WITH(File::read(dir.path + "/missing.safetensors"),
-                    ContainsText("cannot open '" + dir.path + "/missing.safetensors'") &&
+                    ContainsText("cannot read '" + dir.path + "/missing.safetensors'") &&
                         ContainsText("No such file"));
   CHECK_THROWS_WITH(File::read(dir.path), ContainsText("not a regular file"));
 }

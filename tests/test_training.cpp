@@ -243,6 +243,53 @@ TEST_CASE("A fixed-encoding model checks the file's pos_enc.pe table against its
   CHECK(bitwise_equal(parameters_of(fixed), before));
 }
 
+TEST_CASE("Loading refuses integer weights, negative running variances and counts, writing nothing",
+          "[training][checkpoint][errors]") {
+  const auto train = small_set(16, 5);
+  TimeSeriesTransformer<float, Space> model(Space(), small_config(train, TstTask::Imputation));
+  safetensors::Writer own;
+  add_state_dict(Space(), own, model);
+  const auto good = safetensors::File::parse(own.serialize(), "good");
+  // The model's own file with one tensor replaced.
+  const auto with = [&](const std::string& replaced, const auto& values) {
+    safetensors::Writer w;
+    for (const auto& info : good.tensors()) {
+      if (info.name == replaced)
+        w.add(info.name, info.shape, values);
+      else if (info.dtype == safetensors::Dtype::I64)
+        w.add(info.name, info.shape, good.to_int64(info.name));
+      else
+        w.add(info.name, info.shape, good.to_float(info.name));
+    }
+    return safetensors::File::parse(w.serialize(), "corrupt");
+  };
+  const std::string weight = "project_inp.weight";
+  const auto& info = good.info(weight);
+  std::vector<std::int32_t> as_integers(std::size_t(info.numel()), 1);
+  std::string variance, count;
+  for (const auto& t : good.tensors()) {
+    if (variance.empty() && t.name.find(".running_var") != std::string::npos) variance = t.name;
+    if (count.empty() && t.name.find(".num_batches_tracked") != std::string::npos) count = t.name;
+  }
+  REQUIRE(!variance.empty());
+  REQUIRE(!count.empty());
+  std::vector<float> negative(std::size_t(good.info(variance).numel()), 1.0f);
+  negative[2] = -0.5f;
+  const auto before = parameters_of(model);
+  CHECK_THROWS_WITH(load_state_dict(Space(), model, with(weight, as_integers)),
+                    ContainsText("tensor 'project_inp.weight' is I32") &&
+                        ContainsText("weights and buffers must be F16, BF16, F32 or F64"));
+  CHECK_THROWS_WITH(load_state_dict(Space(), model, with(variance, negative)),
+                    ContainsText("holds -0.5 at element 2") &&
+                        ContainsText("a running variance cannot be negative"));
+  CHECK_THROWS_WITH(load_state_dict(Space(), model, with(count, std::vector<std::int64_t>{-4})),
+                    ContainsText("must hold one count of at least 0"));
+  CHECK_THROWS_WITH(load_state_dict(Space(), model, with(count, std::vector<float>{3.0f})),
+                    ContainsText("is F32; num_batches_tracked must be an integer"));
+  CHECK(bitwise_equal(parameters_of(model), before));
+  CHECK_NOTHROW(load_state_dict(Space(), model, good));
+}
+
 TEST_CASE(
     "The finite guard names the first block that produced a NaN, and NaN input and weights are "
     "refused",
@@ -338,5 +385,5 @@ TEST_CASE(
                       ContainsText("another kformer run is writing to") && ContainsText(dir));
   }
   { const OutputDirectoryLock again(dir); }  // released with the first
-  CHECK(rmdir(dir.c_str()) == 0);  // empty: the lock added no file to the directory
+  CHECK(rmdir(dir.c_str()) == 0);            // empty: the lock added no file to the directory
 }

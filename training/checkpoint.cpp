@@ -23,7 +23,7 @@ std::string checkpoint_weights_path(const std::string& directory) {
 }
 
 std::string checkpoint_config_json(const CheckpointInfo& info) {
-  const nlohmann::json j = {{"format", "kformer-tst/1"},
+  const nlohmann::json j = {{"format", kCheckpointFormat},
                             {"model", nlohmann::json::parse(to_json(info.config))},
                             {"class_names", info.class_names},
                             {"next_epoch", info.next_epoch},
@@ -46,6 +46,10 @@ CheckpointInfo parse_checkpoint_config(const std::string& text, const std::strin
   }
   if (!j.is_object() || !j.contains("model"))
     fail(where, path, ": expected an object with a \"model\" entry (a kformer checkpoint config)");
+  if (!j.contains("format") || !j.at("format").is_string() ||
+      j.at("format").get<std::string>() != kCheckpointFormat)
+    fail(where, path, ": format ", j.contains("format") ? j.at("format").dump() : "(none)",
+         " is not one this kformer reads (\"", kCheckpointFormat, "\")");
   CheckpointInfo info;
   info.config = tst_config_from_json(j.at("model").dump(), path);
   try {
@@ -53,6 +57,8 @@ CheckpointInfo parse_checkpoint_config(const std::string& text, const std::strin
       info.class_names = j.at("class_names").get<std::vector<std::string>>();
     if (j.contains("next_epoch"))
       info.next_epoch = get_integer<int>(j.at("next_epoch"), where, path, "next_epoch");
+    if (info.next_epoch < 0)
+      fail(where, path, ": next_epoch must be at least 0, got ", info.next_epoch);
     if (j.contains("step"))
       info.step = get_integer<std::uint64_t>(j.at("step"), where, path, "step");
     if (j.contains("missing_values"))
@@ -79,11 +85,53 @@ CheckpointInfo read_config_json(const std::string& directory) {
 
 }  // namespace
 
+namespace {
+
+// Refuses a config whose sizes the weights do not have, before a model of that config is built (a
+// d_model of 10^6 would otherwise allocate gigabytes before the load finds the mismatch): the
+// input projection's (d_model, feat_dim, ...) and each of num_layers feed-forward layers'
+// (dim_feedforward, d_model), and no layer beyond them.
+void check_config_against_weights(const TstConfig& c, const safetensors::File& file,
+                                  const std::string& source) {
+  const std::string where = "kformer::read_checkpoint_config";
+  const auto shape_of = [&](const std::string& name) -> std::vector<std::int64_t> {
+    for (const char* prefix : {"", "_orig_mod.", "module."})
+      if (file.contains(prefix + name)) return file.info(prefix + name).shape;
+    fail(where, source, ": the weights have no '", name, "', which the config's model has");
+  };
+  const auto shape_text = [](const std::vector<std::int64_t>& shape) {
+    std::string text = "(";
+    for (std::size_t i = 0; i < shape.size(); ++i)
+      text += (i ? ", " : "") + std::to_string(shape[i]);
+    return text + ")";
+  };
+  const auto expect = [&](const std::string& name, std::int64_t rows, std::int64_t cols) {
+    const auto shape = shape_of(name);
+    if (shape.size() < 2 || shape[0] != rows || shape[1] != cols)
+      fail(where, source, ": the config says ", name, " is (", rows, ", ", cols,
+           ", ...), the weights hold ", shape_text(shape));
+  };
+  expect("project_inp.weight", c.d_model, c.feat_dim);
+  for (int l = 0; l < c.num_layers; ++l)
+    expect("transformer_encoder.layers." + std::to_string(l) + ".linear1.weight",
+           c.dim_feedforward, c.d_model);
+  const std::string beyond =
+      "transformer_encoder.layers." + std::to_string(c.num_layers) + ".linear1.weight";
+  if (file.contains(beyond))
+    fail(where, source, ": the config says ", c.num_layers, " layers, the weights hold more");
+}
+
+}  // namespace
+
 CheckpointInfo checkpoint_config_of(const safetensors::File& file, const std::string& directory) {
   const auto embedded = file.metadata().find("checkpoint");
-  if (embedded == file.metadata().end()) return read_config_json(directory);
-  return parse_checkpoint_config(
-      embedded->second, checkpoint_weights_path(directory) + " (its \"checkpoint\" metadata)");
+  CheckpointInfo info =
+      embedded == file.metadata().end()
+          ? read_config_json(directory)
+          : parse_checkpoint_config(embedded->second, checkpoint_weights_path(directory) +
+                                                          " (its \"checkpoint\" metadata)");
+  check_config_against_weights(info.config, file, checkpoint_weights_path(directory));
+  return info;
 }
 
 CheckpointInfo read_checkpoint_config(const std::string& directory) {

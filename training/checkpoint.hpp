@@ -10,7 +10,9 @@
 // fails to load changes nothing on disk.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +31,9 @@
 namespace kformer {
 
 // What a checkpoint says besides the weights.
+// The format a checkpoint's config names; others are refused.
+inline constexpr const char* kCheckpointFormat = "kformer-tst/1";
+
 struct CheckpointInfo {
   TstConfig config;
   std::vector<std::string> class_names;  // classification: label index -> name
@@ -106,7 +111,7 @@ void save_checkpoint(const std::string& directory, TimeSeriesTransformer<T, Exec
   }
   writer.add("training.next_epoch", {}, std::vector<std::int64_t>{info.next_epoch});
   writer.add("training.step", {}, std::vector<std::int64_t>{static_cast<std::int64_t>(info.step)});
-  writer.set_metadata("format", "kformer-tst/1");
+  writer.set_metadata("format", kCheckpointFormat);
   writer.set_metadata("config", to_json(info.config));
   writer.set_metadata("checkpoint", checkpoint_config_json(info));
   // The one rename that makes the new checkpoint; config.json follows as its copy.
@@ -133,10 +138,19 @@ CheckpointInfo load_checkpoint(const ExecutionSpace& exec, const std::string& di
     if (std::int64_t(s.mean.size()) != mine.feat_dim || s.std.size() != s.mean.size())
       fail(where, directory, ": the standardization has ", s.mean.size(), " features, the model ",
            mine.feat_dim);
+    for (std::size_t f = 0; f < s.mean.size(); ++f)
+      if (!std::isfinite(s.mean[f]) || !std::isfinite(s.std[f]) || !(s.std[f] > 0))
+        fail(where, directory, ": the standardization of feature ", f, " is mean ", s.mean[f],
+             ", std ", s.std[f], " (a finite mean and a positive std)");
     info.standardization = s;
   }
-  if (file.contains("training.next_epoch"))
-    info.next_epoch = static_cast<int>(file.to_int64("training.next_epoch").at(0));
+  if (file.contains("training.next_epoch")) {
+    const std::int64_t next = file.to_int64("training.next_epoch").at(0);
+    if (next < 0 || next > std::numeric_limits<int>::max())
+      fail(where, directory, ": training.next_epoch must be from 0 to ",
+           std::numeric_limits<int>::max(), ", got ", next);
+    info.next_epoch = static_cast<int>(next);
+  }
   if (file.contains("training.step"))
     info.step = static_cast<std::uint64_t>(file.to_int64("training.step").at(0));
   info.has_optimizer = file.contains("optimizer.exp_avg") &&

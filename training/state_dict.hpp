@@ -36,6 +36,10 @@ namespace detail {
 inline bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 // torch.compile saves "_orig_mod.<name>"; DataParallel "module.<name>".
 inline std::string strip_wrapper_prefix(const std::string& name) {
@@ -93,7 +97,8 @@ std::string fixed_table_difference(const ExecutionSpace& exec, Model& model,
         const std::int64_t rows = std::min<std::int64_t>(info.numel() / d, shape[0]);
         for (std::int64_t i = 0; i < rows * d && problem.empty(); ++i) {
           const double expected = static_cast<double>(mine.data()[i]);
-          const double tolerance = 1e-5 + 4.0 * double(i / d) * 0x1p-24;
+          const std::int64_t position = i / d;
+          const double tolerance = 1e-5 + 4.0 * static_cast<double>(position) * 0x1p-24;
           if (!(std::abs(theirs[i] - expected) <= tolerance))
             problem = "the file's table is not the fixed sinusoid the model computes: (" +
                       std::to_string(i / d) + ", 0, " + std::to_string(i % d) + ") is " +
@@ -133,32 +138,32 @@ void add_state_dict(const ExecutionSpace& exec, safetensors::Writer& writer, Mod
       });
 }
 
-// Loads parameters and BatchNorm state from `file` into the model. Keys not in the model are
-// `unexpected` (TST's fixed-encoding buffer pos_enc.pe is checked against the sinusoid when the
-// model computes its encoding), model keys not in the file `missing`, shapes that differ (beyond
-// size-1 axes) `mismatched`. In strict mode any of these is one kformer::Error listing all of them,
-// raised before anything is written; otherwise the matching keys load and the report says the rest.
-template <class ExecutionSpace, class Model>
-LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safetensors::File& file,
-                           const LoadOptions& options = {}) {
-  const std::string where = "kformer::load_state_dict";
-  LoadReport report;
-  std::map<std::string, std::string> by_name;  // model key -> file key
+namespace detail {
+
+// Model key -> file key, the file's keys stripped of wrapper prefixes; two file keys that name
+// one model key are refused.
+inline std::map<std::string, std::string> keys_by_model_name(const safetensors::File& file,
+                                                             const std::string& where) {
+  std::map<std::string, std::string> by_name;
   for (const auto& info : file.tensors()) {
-    const std::string key = detail::strip_wrapper_prefix(info.name);
+    const std::string key = strip_wrapper_prefix(info.name);
     if (by_name.count(key))
       fail(where, file.source(), ": both '", by_name[key], "' and '", info.name, "' name ", key);
     by_name[key] = info.name;
   }
-  std::set<std::string> used;
-  const auto skipped = [&](const std::string& name) {
-    for (const auto& prefix : options.skip_prefixes)
-      if (detail::starts_with(name, prefix)) return true;
-    return false;
-  };
-  // First pass: classify every key, so that a strict load fails before writing anything.
+  return by_name;
+}
+
+// Sorts every model key into report (skipped, missing, mismatched) or the returned keys to
+// load, and marks in `used` the model keys the file has.
+template <class Model>
+std::vector<std::string> plan_load(Model& model, const safetensors::File& file,
+                                   const std::map<std::string, std::string>& by_name,
+                                   const LoadOptions& options, std::set<std::string>& used,
+                                   LoadReport& report) {
   const auto classify = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
-    if (skipped(name)) {
+    if (std::any_of(options.skip_prefixes.begin(), options.skip_prefixes.end(),
+                    [&](const std::string& prefix) { return starts_with(name, prefix); })) {
       report.skipped.push_back(name);
       if (by_name.count(name)) used.insert(name);
       return false;
@@ -170,9 +175,9 @@ LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safet
     }
     used.insert(name);
     const auto& info = file.info(it->second);
-    if (!detail::compatible_shapes(info.shape, shape)) {
-      report.mismatched.push_back(name + ": file " + detail::shape_text(info.shape) + ", model " +
-                                  detail::shape_text(shape));
+    if (!compatible_shapes(info.shape, shape)) {
+      report.mismatched.push_back(name + ": file " + shape_text(info.shape) + ", model " +
+                                  shape_text(shape));
       return false;
     }
     return true;
@@ -188,61 +193,130 @@ LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safet
     if (classify(name + ".num_batches_tracked", {}))
       to_load.push_back(name + ".num_batches_tracked");
   });
+  return to_load;
+}
+
+// The file's keys that the model does not use: unexpected, except those under other_prefixes and
+// TST's fixed table pos_enc.pe, which must be the sinusoid the model computes.
+template <class ExecutionSpace, class Model>
+void report_unused_file_keys(const ExecutionSpace& exec, Model& model,
+                             const safetensors::File& file,
+                             const std::map<std::string, std::string>& by_name,
+                             const std::set<std::string>& used, const LoadOptions& options,
+                             LoadReport& report) {
   for (const auto& entry : by_name) {
     // A named copy, not a structured binding: C++17 lambdas cannot capture bindings (clang).
     const std::string& key = entry.first;
     const std::string& file_name = entry.second;
     if (used.count(key)) continue;
     if (std::any_of(options.other_prefixes.begin(), options.other_prefixes.end(),
-                    [&](const std::string& p) { return detail::starts_with(key, p); }))
+                    [&](const std::string& p) { return starts_with(key, p); }))
       continue;
     if (key == "pos_enc.pe" && model.has_fixed_positional_encoding()) {
-      // kformer computes the fixed table; the file's must be the same sinusoid.
-      const std::string problem = detail::fixed_table_difference(exec, model, file, file_name);
+      const std::string problem = fixed_table_difference(exec, model, file, file_name);
       if (!problem.empty()) report.mismatched.push_back("pos_enc.pe: " + problem);
       continue;
     }
     report.unexpected.push_back(file_name);
   }
-  if (options.strict &&
-      (!report.missing.empty() || !report.unexpected.empty() || !report.mismatched.empty())) {
-    std::string message;
-    const auto list = [&](const char* what, const std::vector<std::string>& keys) {
-      if (keys.empty()) return;
-      message += std::string("\n  ") + what + " (" + std::to_string(keys.size()) + "):";
-      for (const auto& k : keys)
-        message += "\n    " + k;
-    };
-    list("missing keys", report.missing);
-    list("unexpected keys", report.unexpected);
-    list("shape mismatches", report.mismatched);
-    fail(where, file.source(), " does not match the model (strict load):", message);
-  }
+}
 
-  // Weights must be finite: a NaN or Inf is refused here, before anything is written.
+// One kformer::Error listing every missing, unexpected and mismatched key.
+inline void fail_on_mismatch(const safetensors::File& file, const LoadReport& report,
+                             const std::string& where) {
+  if (report.missing.empty() && report.unexpected.empty() && report.mismatched.empty()) return;
+  std::string message;
+  const auto list = [&](const char* what, const std::vector<std::string>& keys) {
+    if (keys.empty()) return;
+    message += std::string("\n  ") + what + " (" + std::to_string(keys.size()) + "):";
+    for (const auto& k : keys)
+      message += "\n    " + k;
+  };
+  list("missing keys", report.missing);
+  list("unexpected keys", report.unexpected);
+  list("shape mismatches", report.mismatched);
+  fail(where, file.source(), " does not match the model (strict load):", message);
+}
+
+// What the keys to load must hold, checked before anything is written: weights and buffers
+// stored as floating point (an integer tensor in their place is a corrupt or foreign file, not
+// weights to convert) and finite, running variances not negative, num_batches_tracked an integer
+// that is not negative.
+inline void validate_values(const safetensors::File& file,
+                            const std::map<std::string, std::string>& by_name,
+                            const std::vector<std::string>& to_load, const std::string& where) {
+  using safetensors::Dtype;
   for (const auto& name : to_load) {
-    const auto values = file.to_double(by_name[name]);
-    for (std::size_t i = 0; i < values.size(); ++i)
+    const std::string& file_name = by_name.at(name);
+    const Dtype dtype = file.info(file_name).dtype;
+    const bool floating =
+        dtype == Dtype::F16 || dtype == Dtype::BF16 || dtype == Dtype::F32 || dtype == Dtype::F64;
+    if (ends_with(name, ".num_batches_tracked")) {
+      if (floating || dtype == Dtype::BOOL)
+        fail(where, file.source(), ": tensor '", file_name, "' is ", safetensors::dtype_name(dtype),
+             "; num_batches_tracked must be an integer");
+      const auto count = file.to_int64(file_name);
+      if (count.size() != 1 || count[0] < 0)
+        fail(where, file.source(), ": tensor '", file_name, "' must hold one count of at least 0");
+      continue;
+    }
+    if (!floating)
+      fail(where, file.source(), ": tensor '", file_name, "' is ", safetensors::dtype_name(dtype),
+           "; weights and buffers must be F16, BF16, F32 or F64");
+    const auto values = file.to_double(file_name);
+    const bool variance = ends_with(name, ".running_var");
+    for (std::size_t i = 0; i < values.size(); ++i) {
       if (!std::isfinite(values[i]))
-        fail(where, file.source(), ": tensor '", by_name[name], "' holds ", values[i],
-             " at element ", i, "; weights must be finite");
+        fail(where, file.source(), ": tensor '", file_name, "' holds ", values[i], " at element ",
+             i, "; weights must be finite");
+      if (variance && values[i] < 0)
+        fail(where, file.source(), ": tensor '", file_name, "' holds ", values[i], " at element ",
+             i, "; a running variance cannot be negative");
+    }
   }
+}
 
-  // Second pass: copy.
+// Copies the planned keys into the model.
+template <class ExecutionSpace, class Model>
+void copy_planned(const ExecutionSpace& exec, Model& model, const safetensors::File& file,
+                  const std::map<std::string, std::string>& by_name,
+                  const std::vector<std::string>& to_load) {
   const auto wanted = [&](const std::string& name) {
     return std::find(to_load.begin(), to_load.end(), name) != to_load.end();
   };
   model.visit_parameters([&](const std::string& name, auto& p) {
-    if (wanted(name)) detail::load_values(file, by_name[name], p.value);
+    if (wanted(name)) load_values(file, by_name.at(name), p.value);
   });
   model.visit_buffers([&](const std::string& name, auto& v) {
-    if (wanted(name)) detail::load_values(file, by_name[name], v);
+    if (wanted(name)) load_values(file, by_name.at(name), v);
   });
   model.visit_batch_norms([&](const std::string& name, auto& bn) {
     const std::string key = name + ".num_batches_tracked";
-    if (wanted(key)) bn.set_num_batches_tracked(file.to_int64(by_name[key]).at(0));
+    if (wanted(key)) bn.set_num_batches_tracked(file.to_int64(by_name.at(key)).at(0));
   });
   exec.fence();
+}
+
+}  // namespace detail
+
+// Loads parameters and BatchNorm state from `file` into the model. Keys not in the model are
+// `unexpected` (TST's fixed-encoding buffer pos_enc.pe is checked against the sinusoid when the
+// model computes its encoding), model keys not in the file `missing`, shapes that differ (beyond
+// size-1 axes) `mismatched`. In strict mode any of these is one kformer::Error listing all of them,
+// raised before anything is written; otherwise the matching keys load and the report says the rest.
+// Values are validated (detail::validate_values) before anything is written too.
+template <class ExecutionSpace, class Model>
+LoadReport load_state_dict(const ExecutionSpace& exec, Model& model, const safetensors::File& file,
+                           const LoadOptions& options = {}) {
+  const std::string where = "kformer::load_state_dict";
+  const auto by_name = detail::keys_by_model_name(file, where);
+  LoadReport report;
+  std::set<std::string> used;
+  const auto to_load = detail::plan_load(model, file, by_name, options, used, report);
+  detail::report_unused_file_keys(exec, model, file, by_name, used, options, report);
+  if (options.strict) detail::fail_on_mismatch(file, report, where);
+  detail::validate_values(file, by_name, to_load, where);
+  detail::copy_planned(exec, model, file, by_name, to_load);
   report.loaded = to_load;
   return report;
 }

@@ -116,13 +116,14 @@ class TstTrainer {
       fail(where, "the data has ", schema.n_features, " features, the model expects ", c.feat_dim);
     if (c.task != TstTask::Imputation && schema.max_len != c.max_len)
       fail(where, "the data has max_len ", schema.max_len, ", the model was built for ", c.max_len);
-    if (c.task == TstTask::Classification && !schema.is_classification())
-      fail(where, "a classification model needs class labels in the data");
-    if (c.task == TstTask::Classification &&
+    // Data without labels or targets serve predict() and representations(); training and
+    // evaluation refuse them (require_targets).
+    if (c.task == TstTask::Classification && schema.is_classification() &&
         std::int64_t(schema.class_names.size()) != c.num_outputs)
       fail(where, "the data has ", schema.class_names.size(), " classes, the model ",
            c.num_outputs);
-    if (c.task == TstTask::Regression && schema.n_targets != c.num_outputs)
+    if (c.task == TstTask::Regression && schema.is_regression() &&
+        schema.n_targets != c.num_outputs)
       fail(where, "the data has ", schema.n_targets, " regression targets, the model ",
            c.num_outputs);
     model.set_finite_checks(options.check_finite);
@@ -159,32 +160,27 @@ class TstTrainer {
   EpochStats train_epoch(const ExecutionSpace& exec, const data::SeriesSet& data, int epoch,
                          const std::function<void(const BatchProgress&)>& progress = {}) {
     const ProfilingRegion region("kformer::TstTrainer::train_epoch");
+    require_targets("kformer::TstTrainer::train_epoch", data);
     const auto start = std::chrono::steady_clock::now();
-    std::vector<std::int64_t> order(static_cast<std::size_t>(data.n_series));
-    for (std::size_t i = 0; i < order.size(); ++i)
-      order[i] = static_cast<std::int64_t>(i);
+    std::vector<std::int64_t> order = in_order(data);
     std::mt19937_64 rng(derive_seed(options_.seed, "epoch." + std::to_string(epoch)));
     data::seeded_shuffle(order, rng);
     EpochStats stats;
     stats.epoch = epoch;
     stats.lr = schedule_.lr(epoch);
     double weighted_loss = 0, weight = 0;
-    const std::int64_t batches = (data.n_series + options_.batch_size - 1) / options_.batch_size;
-    for (std::int64_t b = 0; b < batches; ++b) {
-      const std::int64_t first = b * options_.batch_size;
-      const int n =
-          static_cast<int>(std::min<std::int64_t>(options_.batch_size, data.n_series - first));
-      upload(exec, data, order, first, n);
-      const auto [loss, count] = step(exec, n, epoch, stats);
-      weighted_loss += loss * count;
-      weight += count;
-      stats.series += n;
-      if (progress) {
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        progress({epoch, b + 1, batches, loss, seconds, stats.series / seconds});
-      }
-    }
+    for_each_batch(
+        exec, data, order, [&](std::int64_t b, std::int64_t batches, std::int64_t, int n) {
+          const auto [loss, count] = step(exec, n, epoch, stats);
+          weighted_loss += loss * count;
+          weight += count;
+          stats.series += n;
+          if (progress) {
+            const double seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            progress({epoch, b + 1, batches, loss, seconds, stats.series / seconds});
+          }
+        });
     stats.loss = weight > 0 ? weighted_loss / weight : 0.0;
     stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return stats;
@@ -194,33 +190,29 @@ class TstTrainer {
   // so that evaluations at different epochs score the same masked values.
   Evaluation evaluate(const ExecutionSpace& exec, const data::SeriesSet& data) {
     const ProfilingRegion region("kformer::TstTrainer::evaluate");
+    require_targets("kformer::TstTrainer::evaluate", data);
     Evaluation e;
-    std::vector<std::int64_t> order(static_cast<std::size_t>(data.n_series));
-    for (std::size_t i = 0; i < order.size(); ++i)
-      order[i] = static_cast<std::int64_t>(i);
     double loss_sum = 0, squared = 0, absolute = 0;
     std::int64_t correct = 0, errors = 0;
-    for (std::int64_t first = 0; first < data.n_series; first += options_.batch_size) {
-      const int n =
-          static_cast<int>(std::min<std::int64_t>(options_.batch_size, data.n_series - first));
-      upload(exec, data, order, first, n);
-      prepare_inputs(exec, n, kEvaluationStream);
-      const auto out = outputs(n);
-      model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), out);
-      const auto [loss, count] = task_loss(exec, n, Tensor2<T, memory_space>());
-      loss_sum += loss * count;
-      e.values += count;
-      e.series += n;
-      if (model_.config().task == TstTask::Classification) {
-        correct += losses_.correct_count(
-            exec, out, Tensor1<const std::int32_t, memory_space>(labels_.data(), n));
-      } else if (model_.config().task == TstTask::Regression) {
-        const auto sums = losses_.error_sums(exec, out, targets(n));
-        squared += sums.squared;
-        absolute += sums.absolute;
-        errors += sums.count;
-      }
-    }
+    for_each_batch(exec, data, in_order(data),
+                   [&](std::int64_t, std::int64_t, std::int64_t, int n) {
+                     prepare_inputs(exec, n, kEvaluationStream);
+                     const auto out = outputs(n);
+                     model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), out);
+                     const auto [loss, count] = task_loss(exec, n, Tensor2<T, memory_space>());
+                     loss_sum += loss * count;
+                     e.values += count;
+                     e.series += n;
+                     if (model_.config().task == TstTask::Classification) {
+                       correct += losses_.correct_count(
+                           exec, out, Tensor1<const std::int32_t, memory_space>(labels_.data(), n));
+                     } else if (model_.config().task == TstTask::Regression) {
+                       const auto sums = losses_.error_sums(exec, out, targets(n));
+                       squared += sums.squared;
+                       absolute += sums.absolute;
+                       errors += sums.count;
+                     }
+                   });
     e.loss = e.values > 0 ? loss_sum / e.values : 0.0;
     if (model_.config().task == TstTask::Classification && e.series > 0)
       e.accuracy = double(correct) / e.series;
@@ -243,28 +235,23 @@ class TstTrainer {
       fail("kformer::TstTrainer::predict", "the mask holds ", given_mask->size(),
            " values, the data ", data.n_series * row);
     std::vector<float> result;
-    std::vector<std::int64_t> order(static_cast<std::size_t>(data.n_series));
-    for (std::size_t i = 0; i < order.size(); ++i)
-      order[i] = static_cast<std::int64_t>(i);
-    for (std::int64_t first = 0; first < data.n_series; first += options_.batch_size) {
-      const int n =
-          static_cast<int>(std::min<std::int64_t>(options_.batch_size, data.n_series - first));
-      upload(exec, data, order, first, n);
-      if (given_mask) {
-        for (std::int64_t i = 0; i < n * row; ++i)
-          host_mask_.data()[i] = (*given_mask)[first * row + i];
-        Kokkos::deep_copy(exec, noise_mask_, host_mask_);
-        exec.fence();
-      }
-      prepare_inputs(exec, n,
-                     given_mask    ? kGivenMasks
-                     : apply_masks ? kEvaluationStream
-                                   : kNoMasks);
-      const auto out = outputs(n);
-      model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), out);
-      const auto h = to_host(out);
-      result.insert(result.end(), h.data(), h.data() + h.size());
-    }
+    for_each_batch(exec, data, in_order(data),
+                   [&](std::int64_t, std::int64_t, std::int64_t first, int n) {
+                     if (given_mask) {
+                       for (std::int64_t i = 0; i < n * row; ++i)
+                         host_mask_.data()[i] = (*given_mask)[first * row + i];
+                       Kokkos::deep_copy(exec, noise_mask_, host_mask_);
+                       exec.fence();
+                     }
+                     prepare_inputs(exec, n,
+                                    given_mask    ? kGivenMasks
+                                    : apply_masks ? kEvaluationStream
+                                                  : kNoMasks);
+                     const auto out = outputs(n);
+                     model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), out);
+                     const auto h = to_host(out);
+                     result.insert(result.end(), h.data(), h.data() + h.size());
+                   });
     return result;
   }
 
@@ -278,23 +265,18 @@ class TstTrainer {
     Tensor3<T, memory_space> step_buffer("kformer::representations", options_.batch_size, S, d);
     Tensor2<T, memory_space> pooled_buffer("kformer::representations::pooled", options_.batch_size,
                                            d);
-    std::vector<std::int64_t> order(static_cast<std::size_t>(data.n_series));
-    for (std::size_t i = 0; i < order.size(); ++i)
-      order[i] = static_cast<std::int64_t>(i);
-    for (std::int64_t first = 0; first < data.n_series; first += options_.batch_size) {
-      const int n =
-          static_cast<int>(std::min<std::int64_t>(options_.batch_size, data.n_series - first));
-      upload(exec, data, order, first, n);
-      prepare_inputs(exec, n, kNoMasks);
-      model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), outputs(n));
-      const Tensor3<T, memory_space> z(step_buffer.data(), n, S, d);
-      const Tensor2<T, memory_space> p(pooled_buffer.data(), n, d);
-      model_.representations(exec, keep(n), z, p);
-      const auto hz = to_host(z);
-      const auto hp = to_host(p);
-      steps.insert(steps.end(), hz.data(), hz.data() + hz.size());
-      pooled.insert(pooled.end(), hp.data(), hp.data() + hp.size());
-    }
+    for_each_batch(
+        exec, data, in_order(data), [&](std::int64_t, std::int64_t, std::int64_t, int n) {
+          prepare_inputs(exec, n, kNoMasks);
+          model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), outputs(n));
+          const Tensor3<T, memory_space> z(step_buffer.data(), n, S, d);
+          const Tensor2<T, memory_space> p(pooled_buffer.data(), n, d);
+          model_.representations(exec, keep(n), z, p);
+          const auto hz = to_host(z);
+          const auto hp = to_host(p);
+          steps.insert(steps.end(), hz.data(), hz.data() + hz.size());
+          pooled.insert(pooled.end(), hp.data(), hp.data() + hp.size());
+        });
   }
 
  private:
@@ -302,6 +284,40 @@ class TstTrainer {
   static constexpr std::uint32_t kEvaluationStream = 0xFFFFFFFDu;
   static constexpr std::uint32_t kGivenMasks = 0xFFFFFFFEu;  // already in noise_mask_
   static constexpr std::uint32_t kNoMasks = 0xFFFFFFFFu;
+
+  // Training and evaluation score the model against the data's labels or targets.
+  void require_targets(const char* where, const data::SeriesSet& data) const {
+    const auto& c = model_.config();
+    if (c.task == TstTask::Classification && !data.is_classification())
+      fail(where, "a classification model needs class labels in the data (predict and embed "
+                  "do not)");
+    if (c.task == TstTask::Regression && !data.is_regression())
+      fail(where, "a regression model needs targets in the data (predict and embed do not)");
+  }
+
+  // The series of data in their order: 0, 1, ..., n_series - 1.
+  static std::vector<std::int64_t> in_order(const data::SeriesSet& data) {
+    std::vector<std::int64_t> order(static_cast<std::size_t>(data.n_series));
+    for (std::size_t i = 0; i < order.size(); ++i)
+      order[i] = static_cast<std::int64_t>(i);
+    return order;
+  }
+
+  // The one batch loop: for each batch of series order[first, first + n) (batch_size at a time,
+  // the last one shorter), uploads them to the device buffers and calls
+  // f(batch index, number of batches, first, n).
+  template <class F>
+  void for_each_batch(const ExecutionSpace& exec, const data::SeriesSet& data,
+                      const std::vector<std::int64_t>& order, F&& f) {
+    const std::int64_t batches = (data.n_series + options_.batch_size - 1) / options_.batch_size;
+    for (std::int64_t b = 0; b < batches; ++b) {
+      const std::int64_t first = b * options_.batch_size;
+      const int n =
+          static_cast<int>(std::min<std::int64_t>(options_.batch_size, data.n_series - first));
+      upload(exec, data, order, first, n);
+      f(b, batches, first, n);
+    }
+  }
 
   static std::int64_t trainable_size(Model& model, const TrainingOptions& options) {
     return options.freeze_encoder ? model.parameters().size() - model.output_layer_offset()

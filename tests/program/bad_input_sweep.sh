@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# The kformer program on a table of wrong calls: missing, empty, truncated and malformed files,
-# impossible model shapes and training settings, a checkpoint that does not fit the data, a
-# sequence past a learnable encoding's max_len, unwritable outputs, unknown backends. Each must
-# exit non-zero with a one-line message ("kformer: error: ..." or the command line's own), create
-# nothing, and leave an existing good checkpoint and data byte for byte as they were.
+# The kformer program on a table of wrong calls: missing, empty, truncated, malformed and
+# non-regular files (FIFOs, devices, directories), impossible model shapes and training settings,
+# options out of their range for every training command, degenerate runs (nothing to mask, an
+# empty validation split, data entirely missing), corrupt and foreign checkpoints (integer or
+# overflowing weights, negative variances and epochs, an unknown format, a config the weights do
+# not have), a checkpoint that does not fit the data, a sequence past a learnable encoding's
+# max_len, unwritable outputs, unknown backends and Kokkos options. Each must exit non-zero within
+# 120 s with a one-line message ("kformer: error: ..." or the command line's own), create nothing,
+# and leave every existing checkpoint and data file byte for byte as it was. The counts by outcome
+# are printed at the end.
 #
 #   bad_input_sweep.sh KFORMER_PROGRAM WORK_DIR
 set -uo pipefail
@@ -39,23 +44,55 @@ cp "$work/good/config.json" "$work/broken/"
 head -c 2000 "$work/good/model.safetensors" >"$work/broken/model.safetensors"
 printf 'not a directory' >"$work/a_file"
 
-snapshot() { (cd "$work" && find good data broken -type f -exec sha256sum {} + | sort); }
+# More files that are not data: a FIFO, a directory named like a file, binary and UTF-16 text,
+# headers without series, every value missing, repeated or ragged declarations, an unknown label,
+# an unknown extension; a directory of CSVs without its labels file; unlabelled series.
+mkfifo "$work/fifo.ts" "$work/fifo.csv"
+mkdir -p "$work/dir.ts" "$work/csv_dir" "$work/fifo_checkpoint"
+mkfifo "$work/fifo_checkpoint/model.safetensors"
+printf 't,x\n1,2\n' >"$work/csv_dir/a.csv"
+head -c 4096 /dev/urandom >"$work/binary.ts"
+printf '@problemName x\n@data\n1,2:3\n' | iconv -f utf-8 -t utf-16 >"$work/utf16.ts"
+header | grep -v '^@data' >"$work/no_data.ts"
+header >"$work/only_header.ts"
+{ header; for _ in 1 2 3; do echo "?,?,?:?,?,?:?,?,?:?,?,?:?,?,?:?,?,?:?,?,?:?,?,?:1.0"; done; } >"$work/all_missing.ts"
+{ echo "@problemName a"; header; echo "1,2:1.0"; } >"$work/dup_name.ts"
+{ header; echo "1,2,3:4,5:6,7,8:1,2,3:1,2,3:1,2,3:1,2,3:1,2,3:1.0"; } >"$work/ragged.ts"
+sed -n '1,/^@data/p' "$data/classification_train.ts" >"$work/bad_label.ts"
+echo "1,2:1,2:1,2:1,2:1,2:1,2:1,2:1,2:no_such_class" >>"$work/bad_label.ts"
+cp "$data/regression_train.ts" "$work/wrong_ext.txt"
+sed '/^@targetLabel/d; /^@classLabel/d' "$data/classification_test.ts" |
+  sed '/^@data/,$ s/:[^:]*$//' | sed 's/^@data/@classLabel false\n@data/' >"$work/unlabelled.ts"
+"$kformer" finetune --data "$data/classification_train.ts" --test "$data/classification_test.ts" \
+  "${small[@]}" --output-dir "$work/classifier" >/dev/null 2>&1 || exit 1
+for kind in format-version negative-epoch int-weights negative-variance huge-weights nan-weights \
+            huge-d-model extra-layers zero-std negative-count; do
+  python3 "$(dirname "${BASH_SOURCE[0]}")/corrupt_checkpoint.py" "$work/good" "$work/corrupt_$kind" "$kind" || exit 1
+done
+
+snapshot() {
+  (cd "$work" && find good data broken classifier corrupt_* -type f -exec sha256sum {} + | sort)
+}
 before=$(snapshot)
 
 tried=0
 failed=0
+declare -A by_status  # exit status -> cases
 # expect NAME NEW_PATH_THAT_MUST_NOT_APPEAR -- ARGS...
 expect() {
   local name=$1 created=$2
   shift 3
   tried=$((tried + 1))
   local status=0
-  "$kformer" "$@" >"$work/stdout" 2>"$work/stderr" || status=$?
+  timeout 120 "$kformer" "$@" >"$work/stdout" 2>"$work/stderr" </dev/null || status=$?
+  by_status[$status]=$((${by_status[$status]:-0} + 1))
   local message
   message=$(grep -v '^\s*$' "$work/stderr" | grep -v 'OMP_PROC_BIND\|OpenMP\|For unit testing')
   local problem=""
   if [ "$status" -eq 0 ]; then
     problem="exit status 0"
+  elif [ "$status" -eq 124 ]; then
+    problem="still running after 120 s (a hang)"
   elif [ "$status" -ge 128 ]; then
     problem="killed by signal $((status - 128))"
   elif [ -z "$message" ]; then
@@ -67,6 +104,8 @@ expect() {
   elif [ "$created" != "-" ] && [ -e "$created" ]; then
     problem="created $created"
   fi
+  # A failed case's output must not make the next ones fail too.
+  [ "$created" != "-" ] && rm -rf "$created"
   if [ -n "$problem" ]; then
     failed=$((failed + 1))
     echo "FAIL [$name]: $problem" >&2
@@ -116,6 +155,92 @@ expect "--resume and --overwrite" - -- pretrain --data "$data/regression_train.t
 expect "encode dim 0" - -- encode --dim 0 --len 10
 expect "unknown option" - -- pretrain --data "$data/regression_train.ts" --no-such-option
 
+# --- options out of their range, for each training command ------------------------------------
+train="$data/regression_train.ts"
+cls="$data/classification_train.ts"
+for command in pretrain finetune; do
+  d=$train
+  [ "$command" = finetune ] && d=$cls
+  for bad in "--clip-norm -1" "--clip-norm nan" "--l2-reg -0.5" "--l2-reg inf" \
+             "--lr -1" "--lr inf" "--dropout -0.1" "--dropout 1" "--batch-size -5" \
+             "--epochs banana" "--epochs 1.5" "--heads 0" "--layers -1" "--dim-feedforward 0" \
+             "--d-model -16" "--norm foo" "--pos-encoding foo" "--projection foo" \
+             "--conv-kernel 0" "--optimizer sgd" "--weight-decay -1" "--lr-factor 0" \
+             "--lr-factor -2" "--lr-step -1" "--seed 99999999999999999999999" "--seed 1e5" \
+             "--val-ratio 0" "--val-ratio 1" "--val-ratio 0.0001" "--val-ratio -0.2" \
+             "--key-metric f1" "--patience -1" "--activation tanh" "--missing-values mean"; do
+    # shellcheck disable=SC2086
+    expect "$command $bad" "$out" -- $command --data "$d" "${small[@]}" $bad --output-dir "$out"
+  done
+done
+for bad in "--masking-ratio 0" "--masking-ratio 1" "--masking-ratio -0.1" "--mean-mask-length 0" \
+           "--mask-mode foo" "--mask-distribution uniform" "--exclude-features 0 1 2 3 4 5 6 7" \
+           "--exclude-features 9" "--exclude-features -1" "--forecast -3" "--forecast 96" \
+           "--forecast 1000" "--key-metric accuracy"; do
+  # shellcheck disable=SC2086
+  expect "pretrain $bad" "$out" -- pretrain --data "$train" "${small[@]}" $bad --output-dir "$out"
+done
+# Architecture options next to --pretrained, which decides the architecture.
+for bad in "--d-model 32" "--heads 4" "--layers 2" "--dim-feedforward 64" "--norm layernorm" \
+           "--pos-encoding learnable"; do
+  # shellcheck disable=SC2086
+  expect "finetune --pretrained with $bad" "$out" -- finetune --data "$cls" --batch-size 32 \
+    --epochs 1 --no-progress --pretrained "$work/good" --change-output $bad --output-dir "$out"
+done
+expect "finetune: pretrained checkpoint missing" "$out" -- finetune --data "$cls" "${small[@]}" --pretrained "$work/nope" --output-dir "$out"
+expect "finetune: pretrained is a file" "$out" -- finetune --data "$cls" "${small[@]}" --pretrained "$work/a_file" --output-dir "$out"
+expect "finetune: unlabelled data" "$out" -- finetune --data "$work/unlabelled.ts" "${small[@]}" --output-dir "$out"
+expect "evaluate: unlabelled data" - -- evaluate --checkpoint "$work/classifier" --data "$work/unlabelled.ts"
+
+# --- data files that are not data --------------------------------------------------------------
+for f in fifo.ts dir.ts binary.ts utf16.ts no_data.ts only_header.ts all_missing.ts dup_name.ts \
+         ragged.ts bad_label.ts wrong_ext.txt; do
+  expect "data $f" "$out" -- pretrain --data "$work/$f" "${small[@]}" --output-dir "$out"
+done
+expect "data /dev/zero" "$out" -- pretrain --data /dev/zero "${small[@]}" --output-dir "$out"
+expect "predict on a FIFO" "$work/p.csv" -- predict --checkpoint "$work/good" --data "$work/fifo.ts" --output "$work/p.csv"
+expect "evaluate on all-missing data" - -- evaluate --checkpoint "$work/good" --data "$work/all_missing.ts"
+expect "predict masks from a FIFO" "$work/p.csv" -- predict --checkpoint "$work/good" --data "$data/regression_test.ts" --masks "$work/fifo.csv" --output "$work/p.csv"
+expect "CSV without the id column" "$out" -- pretrain --data "$work/malformed.csv" "${small[@]}" --output-dir "$out"
+expect "directory of CSVs without labels" "$out" -- finetune --data "$work/csv_dir" "${small[@]}" --output-dir "$out"
+
+# --- corrupt and foreign checkpoints -----------------------------------------------------------
+for kind in format-version negative-epoch int-weights negative-variance huge-weights nan-weights \
+            huge-d-model extra-layers zero-std negative-count; do
+  expect "checkpoint $kind: evaluate" - -- evaluate --checkpoint "$work/corrupt_$kind" --data "$data/regression_test.ts"
+  expect "checkpoint $kind: predict" "$work/p.csv" -- predict --checkpoint "$work/corrupt_$kind" --data "$data/regression_test.ts" --output "$work/p.csv"
+done
+expect "resume from a negative epoch" - -- pretrain --data "$train" "${small[@]}" --output-dir "$work/corrupt_negative-epoch" --resume
+expect "checkpoint is a FIFO" - -- evaluate --checkpoint "$work/fifo_checkpoint" --data "$data/regression_test.ts"
+expect "checkpoint directory is a file" - -- evaluate --checkpoint "$work/a_file" --data "$data/regression_test.ts"
+for cmd in evaluate predict embed; do
+  expect "$cmd --batch-size 0" - -- $cmd --checkpoint "$work/good" --data "$data/regression_test.ts" --batch-size 0
+  expect "$cmd --batch-size -3" - -- $cmd --checkpoint "$work/good" --data "$data/regression_test.ts" --batch-size -3
+  expect "$cmd data with other features" - -- $cmd --checkpoint "$work/good" --data "$work/two_features.ts"
+done
+expect "predict into a directory" - -- predict --checkpoint "$work/good" --data "$data/regression_test.ts" --output "$work/good"
+expect "embed into a missing directory" - -- embed --checkpoint "$work/good" --data "$data/regression_test.ts" --output "$work/nope/z.csv"
+expect "predict --masks on a classifier" "$work/p.csv" -- predict --checkpoint "$work/classifier" --data "$data/classification_test.ts" --masks "$work/malformed.csv" --output "$work/p.csv"
+
+# --- encode, generate-data, info, global options ----------------------------------------------
+for bad in "--dim 0" "--dim -4" "--dim banana" "--len 0" "--len -1" "--len 99999999999" "--base 0" \
+           "--base -3" "--base nan" "--first-position nan"; do
+  # shellcheck disable=SC2086
+  expect "encode $bad" - -- encode $bad
+done
+expect "encode --csv into a missing directory" - -- encode --dim 8 --len 8 --csv "$work/nope/pe.csv"
+expect "encode --png into a file's path" - -- encode --dim 8 --len 8 --png "$work/a_file/pe.png"
+expect "encode --csv over a directory" - -- encode --dim 8 --len 8 --csv "$work/good"
+expect "generate-data into a file's path" - -- generate-data --output-dir "$work/a_file/d"
+for bad in "--kokkos-threads=-5" "--kokkos-threads=abc" "--kokkos-threads" "--kokkos-foo=3" \
+           "--kokkos-numa=0" "--kokkos-device-id=-1" "--kokkos-disable-warnings=yes"; do
+  expect "info $bad" - -- info "$bad"
+done
+expect "precision half" - -- --precision half info
+expect "unknown command" - -- train --data "$train"
+expect "no data given" "$out" -- pretrain "${small[@]}" --output-dir "$out"
+expect "backend empty" - -- --backend "" info
+
 after=$(snapshot)
 if [ "$before" != "$after" ]; then
   echo "FAIL: an existing checkpoint or data file changed:" >&2
@@ -133,5 +258,16 @@ elif [ "$old" = "$(sha256sum <"$work/again/model.safetensors")" ]; then
 else
   echo "ok   [--overwrite replaces a checkpoint]"
 fi
-echo "$tried bad calls tried, $failed failed"
+outcomes=""
+for status in $(printf '%s\n' "${!by_status[@]}" | sort -n); do
+  case "$status" in
+    0) what="succeeded" ;;
+    2) what="kformer's error" ;;
+    124) what="hung" ;;
+    1[0-9][0-9]) what="the command line's error" ;;
+    *) what="other" ;;
+  esac
+  outcomes+="${outcomes:+, }exit $status ($what): ${by_status[$status]}"
+done
+echo "$tried bad calls tried, $failed failed; by outcome: $outcomes"
 [ "$failed" -eq 0 ]
