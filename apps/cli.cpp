@@ -18,7 +18,8 @@ CLI::Validator seed_value() {
         errno = 0;
         char* end = nullptr;
         std::strtoull(text.c_str(), &end, 10);
-        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        const bool digits =
+            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
         if (digits && errno != ERANGE) return "";
         return text + " is not a seed (a whole number from 0 to 18446744073709551615)";
       },
@@ -78,6 +79,9 @@ void add_training_options(CLI::App* cmd, TrainCliOptions& t) {
   cmd->add_option("--exclude-features", t.exclude_features, "features never masked");
   cmd->add_option("--forecast", t.forecast_horizon, "pretraining: mask the last N steps instead");
   cmd->add_option("--seed", t.seed, "seed for batches, masks and dropout")->check(seed_value());
+  cmd->add_flag("--sync-batchnorm", t.sync_batchnorm,
+                "under mpirun: BatchNorm statistics over every rank's batch (SyncBatchNorm); "
+                "default: each rank's own, as PyTorch's DDP");
   cmd->add_flag("--check-finite", t.check_finite,
                 "stop at the first layer that produces a NaN or Inf, naming it (slower)");
 }
@@ -183,9 +187,9 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
 
   app.parse(argc, argv);
   for (CLI::App* command : {pretrain, finetune})
-    for (const char* name : {"--d-model", "--heads", "--layers", "--dim-feedforward",
-                             "--activation", "--norm", "--norm-first", "--pos-encoding",
-                             "--projection", "--conv-kernel"})
+    for (const char* name :
+         {"--d-model", "--heads", "--layers", "--dim-feedforward", "--activation", "--norm",
+          "--norm-first", "--pos-encoding", "--projection", "--conv-kernel"})
       if (*command && command->count(name) > 0) o.model.architecture_given.push_back(name);
   o.run.progress = !o.no_progress;
   o.run.best.keep = *pretrain ? keep_best_pretrain : *finetune && keep_best_finetune;

@@ -56,6 +56,7 @@ struct TrainCliOptions {
   std::uint64_t seed = 1337;
   bool freeze_encoder = false;
   bool check_finite = false;
+  bool sync_batchnorm = false;  // under mpirun: BatchNorm statistics over every rank's batch
 };
 
 // Which epoch's model a training run keeps besides the last one, as TST's model_best.pth, and

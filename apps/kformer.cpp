@@ -30,6 +30,7 @@
 #include <kformer/data/csv_format.hpp>
 #include <kformer/data/lorenz96.hpp>
 #include <kformer/data/ts_format.hpp>
+#include <kformer/distributed/environment.hpp>
 #include <kformer/kformer.hpp>
 
 #include "cli.hpp"
@@ -144,39 +145,51 @@ DataOptions with_missing_values(DataOptions d, data::MissingValues inherited) {
   return d;
 }
 
+// Under several ranks (comm), every rank reads the data and builds the model; rank 0 alone holds
+// the output directory's lock and writes there (a resumed run's checkpoint is read by all).
 template <class T, class Space>
 void command_pretrain(const Space& exec, const DataOptions& given, const ModelOptions& m,
-                      const TrainCliOptions& t, const RunOptions& r) {
+                      const TrainCliOptions& t, const RunOptions& r,
+                      distributed::Communicator& comm) {
   const TrainingOptions training = training_options(t);
   check_key_metric(r, TstTask::Imputation);
   const DataOptions d = with_missing_values(given, data::MissingValues::Zero);
-  Datasets sets = load_train_validation(d, training.seed);
-  check_pretraining(t, sets.train);
+  Datasets sets;
+  std::optional<data::Standardization> standardization;
+  TstConfig config;
+  on_every_rank(comm, "reading the data", [&] {
+    sets = load_train_validation(d, training.seed);
+    check_pretraining(t, sets.train);
+    standardization = data::Standardization::fit(sets.train);
+    standardization->apply(sets.train);
+    standardization->apply(sets.validation);
+    config = model_config(m, sets.train, TstTask::Imputation);
+    check_problem_size<Space>(config, sets.train, training.batch_size, true);
+  });
   print_data("training data", sets.train);
   print_data("validation data", sets.validation);
-  const auto standardization = data::Standardization::fit(sets.train);
-  standardization.apply(sets.train);
-  standardization.apply(sets.validation);
-  const TstConfig config = model_config(m, sets.train, TstTask::Imputation);
-  check_problem_size<Space>(config, sets.train, training.batch_size, true);
   TimeSeriesTransformer<T, Space> model(exec, config);
   TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
   int first = 0;
-  const OutputDirectoryLock lock(r.output_dir);  // held while this run writes there
-  if (r.resume) {
-    info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
-    first = info.next_epoch;
-    trainer.set_global_step(info.step);
-    std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
-  }
+  std::optional<OutputDirectoryLock> lock;  // held while this run writes there
+  on_every_rank(comm, "opening the output directory", [&] {
+    if (comm.is_root()) lock.emplace(r.output_dir);
+    if (r.resume) {
+      info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
+      first = info.next_epoch;
+      trainer.set_global_step(info.step);
+    }
+  });
+  trainer.set_communicator(exec, &comm);
+  if (r.resume) std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
   info.standardization = standardization;
   info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
   const Evaluation before = trainer.evaluate(exec, sets.validation);
   MetricsLog log(r.output_dir);
   if (r.resume) log.resume("pretrain", first);  // the epochs before it stay in the metrics
   const EpochsResult after = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
-                                          t.epochs, "pretrain", r.output_dir, info, log, r);
+                                          t.epochs, "pretrain", r.output_dir, info, log, r, comm);
   std::printf("masked MSE on validation: %.4f before pretraining, %.4f after\n", before.loss,
               after.last.loss);
   std::printf("checkpoint: %s\n", r.output_dir.c_str());
@@ -185,69 +198,79 @@ void command_pretrain(const Space& exec, const DataOptions& given, const ModelOp
 template <class T, class Space>
 void command_finetune(const Space& exec, const DataOptions& given, const ModelOptions& m,
                       const TrainCliOptions& t, const RunOptions& r, const std::string& pretrained,
-                      bool change_output) {
+                      bool change_output, distributed::Communicator& comm) {
   const TrainingOptions training = training_options(t);
-  // A pretrained model's data were filled in one way; its fine-tuning data are too, by default.
-  const DataOptions d =
-      with_missing_values(given, pretrained.empty() || !given.missing_values.empty()
-                                     ? data::MissingValues::Zero
-                                     : read_checkpoint_config(pretrained).missing_values);
-  Datasets sets = load_train_validation(d, training.seed);
-  const TstTask task =
-      sets.train.is_classification() ? TstTask::Classification
-      : sets.train.is_regression()
-          ? TstTask::Regression
-          : throw Error(
-                "kformer finetune: the data has neither class labels nor regression targets");
-  check_key_metric(r, task);
+  Datasets sets;
+  DataOptions d;
+  TstTask task = TstTask::Classification;
+  TstConfig config;
+  std::optional<data::Standardization> standardization;
+  on_every_rank(comm, "reading the data", [&] {
+    // A pretrained model's data were filled in one way; its fine-tuning data are too, by default.
+    d = with_missing_values(given, pretrained.empty() || !given.missing_values.empty()
+                                       ? data::MissingValues::Zero
+                                       : read_checkpoint_config(pretrained).missing_values);
+    sets = load_train_validation(d, training.seed);
+    task = sets.train.is_classification() ? TstTask::Classification
+           : sets.train.is_regression()
+               ? TstTask::Regression
+               : throw Error(
+                     "kformer finetune: the data has neither class labels nor regression targets");
+    check_key_metric(r, task);
+    config = model_config(m, sets.train, task);
+    if (!pretrained.empty()) {
+      // The pretrained model decides the architecture and the standardization.
+      const CheckpointInfo source = read_checkpoint_config(pretrained);
+      if (!m.architecture_given.empty())
+        fail("kformer finetune", m.architecture_given.front(),
+             " does not apply with --pretrained: the model is the pretrained one (d_model ",
+             source.config.d_model, ", ", source.config.n_heads, " heads, ",
+             source.config.num_layers, " layers)");
+      TstConfig c = source.config;
+      c.task = config.task;
+      c.num_outputs = config.num_outputs;
+      c.max_len = config.max_len;
+      c.dropout = config.dropout;
+      config = c;
+    }
+    check_problem_size<Space>(config, sets.train, training.batch_size, true);
+  });
   print_data("training data", sets.train);
   print_data("validation data", sets.validation);
-  TstConfig config = model_config(m, sets.train, task);
-  std::optional<data::Standardization> standardization;
-  if (!pretrained.empty()) {
-    // The pretrained model decides the architecture and the standardization.
-    const CheckpointInfo source = read_checkpoint_config(pretrained);
-    if (!m.architecture_given.empty())
-      fail("kformer finetune", m.architecture_given.front(),
-           " does not apply with --pretrained: the model is the pretrained one (d_model ",
-           source.config.d_model, ", ", source.config.n_heads, " heads, ", source.config.num_layers,
-           " layers)");
-    TstConfig c = source.config;
-    c.task = config.task;
-    c.num_outputs = config.num_outputs;
-    c.max_len = config.max_len;
-    c.dropout = config.dropout;
-    config = c;
-  }
-  check_problem_size<Space>(config, sets.train, training.batch_size, true);
   TimeSeriesTransformer<T, Space> model(exec, config);
   TstTrainer<T, Space> trainer(exec, model, training, sets.train);
   CheckpointInfo info;
   info.class_names = sets.train.class_names;
-  if (!pretrained.empty()) {
-    LoadOptions load;
-    if (change_output) load.skip_prefixes = {"output_layer."};
-    const CheckpointInfo source = load_checkpoint<T, Space>(exec, pretrained, model, nullptr, load);
-    standardization = source.standardization;
-    std::printf("loaded %s%s\n", pretrained.c_str(), change_output ? " (new output layer)" : "");
-  }
-  if (!standardization) standardization = data::Standardization::fit(sets.train);
-  standardization->apply(sets.train);
-  standardization->apply(sets.validation);
-  info.standardization = standardization;
   int first = 0;
-  const OutputDirectoryLock lock(r.output_dir);  // held while this run writes there
-  if (r.resume) {
-    info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
-    first = info.next_epoch;
-    trainer.set_global_step(info.step);
-    std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
-  }
+  std::optional<OutputDirectoryLock> lock;  // held while this run writes there
+  on_every_rank(comm, "loading the models", [&] {
+    if (!pretrained.empty()) {
+      LoadOptions load;
+      if (change_output) load.skip_prefixes = {"output_layer."};
+      const CheckpointInfo source =
+          load_checkpoint<T, Space>(exec, pretrained, model, nullptr, load);
+      standardization = source.standardization;
+    }
+    if (!standardization) standardization = data::Standardization::fit(sets.train);
+    standardization->apply(sets.train);
+    standardization->apply(sets.validation);
+    info.standardization = standardization;
+    if (comm.is_root()) lock.emplace(r.output_dir);
+    if (r.resume) {
+      info = load_checkpoint(exec, r.output_dir, model, &trainer.optimizer());
+      first = info.next_epoch;
+      trainer.set_global_step(info.step);
+    }
+  });
+  trainer.set_communicator(exec, &comm);
+  if (!pretrained.empty())
+    std::printf("loaded %s%s\n", pretrained.c_str(), change_output ? " (new output layer)" : "");
+  if (r.resume) std::printf("resuming %s at epoch %d\n", r.output_dir.c_str(), first + 1);
   info.missing_values = data::parse_missing_values(d.missing_values, "kformer");
   MetricsLog log(r.output_dir);
   if (r.resume) log.resume("finetune", first);  // the epochs before it stay in the metrics
   const EpochsResult e = train_epochs(exec, model, trainer, sets.train, sets.validation, first,
-                                      t.epochs, "finetune", r.output_dir, info, log, r);
+                                      t.epochs, "finetune", r.output_dir, info, log, r, comm);
   std::printf("%s\ncheckpoint: %s%s\n", describe(e.last, task).c_str(), r.output_dir.c_str(),
               r.best.keep ? " (last epoch), best epoch's in its best/" : "");
 }
@@ -665,7 +688,7 @@ std::string kokkos_option_problem(const std::string& arg) {
 }  // namespace
 
 // The program; main() adds the last guard.
-static int run_program(int argc, char* argv[]) {
+static int run_program(int argc, char* argv[], distributed::Communicator& world) {
   // --kokkos-* arguments go to Kokkos, the rest to the command line parser.
   std::vector<char*> kokkos_args = {argv[0]}, app_args = {argv[0]};
   for (int i = 1; i < argc; ++i)
@@ -690,6 +713,17 @@ static int run_program(int argc, char* argv[]) {
   }
   const std::string& backend = cli.backend;
   const std::string& precision = cli.precision;
+  if (world.size() > 1) {
+    // Under mpirun: data-parallel training; rank 0 alone prints (errors come from every rank).
+    if (command != Command::Pretrain && command != Command::Finetune) {
+      std::fprintf(stderr,
+                   "kformer: error: under %d ranks only pretrain and finetune run (data-parallel "
+                   "training); run other commands as one process\n",
+                   world.size());
+      return 2;
+    }
+    if (!world.is_root() && std::freopen("/dev/null", "w", stdout) == nullptr) return 2;
+  }
 
   try {
     check_outputs(command, cli);
@@ -726,13 +760,14 @@ static int run_program(int argc, char* argv[]) {
       case Command::Pretrain:
         dispatch(backend, precision, [&](auto space, auto p) {
           command_pretrain<typename decltype(p)::type>(space, cli.data, cli.model, cli.training,
-                                                       cli.run);
+                                                       cli.run, world);
         });
         break;
       case Command::Finetune:
         dispatch(backend, precision, [&](auto space, auto p) {
           command_finetune<typename decltype(p)::type>(space, cli.data, cli.model, cli.training,
-                                                       cli.run, cli.pretrained, cli.change_output);
+                                                       cli.run, cli.pretrained, cli.change_output,
+                                                       world);
         });
         break;
       case Command::Evaluate:
@@ -775,15 +810,20 @@ static int run_program(int argc, char* argv[]) {
 }
 
 int main(int argc, char* argv[]) {
+  // MPI first (under mpirun), Kokkos inside run_program(), finalised before MPI is.
+  distributed::Environment mpi(&argc, &argv);
+  int status = 3;
   // Whatever escapes run_program() (an exception of the command-line library's own setup, an
   // allocation that fails before the commands' handlers) still ends in one line and a non-zero
   // exit.
   try {
-    return run_program(argc, argv);
+    status = run_program(argc, argv, mpi.world());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kformer: error (unexpected): %s\n", e.what());
   } catch (...) {
     std::fprintf(stderr, "kformer: error (unexpected): an unknown exception\n");
   }
-  return 3;
+  // A rank that stops with an error ends the job, so that no other rank waits for it.
+  if (status != 0 && mpi.world().size() > 1) mpi.world().abort_all(status);
+  return status;
 }

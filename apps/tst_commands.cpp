@@ -75,8 +75,7 @@ TstConfig model_config(const ModelOptions& m, const data::SeriesSet& data, TstTa
   c.pos_encoding = parse_pos_encoding(m.pos_encoding);
   c.projection = parse_projection(m.projection);
   c.conv.kernel_size = m.conv_kernel;
-  if (m.conv_kernel < 1)
-    fail("kformer", "--conv-kernel must be at least 1, got ", m.conv_kernel);
+  if (m.conv_kernel < 1) fail("kformer", "--conv-kernel must be at least 1, got ", m.conv_kernel);
   c.task = task;
   c.num_outputs = task == TstTask::Classification ? static_cast<int>(data.class_names.size())
                   : task == TstTask::Regression   ? static_cast<int>(data.n_targets)
@@ -100,6 +99,7 @@ TrainingOptions training_options(const TrainCliOptions& t) {
   o.forecast_horizon = t.forecast_horizon;
   o.freeze_encoder = t.freeze_encoder;
   o.check_finite = t.check_finite;
+  o.sync_batchnorm = t.sync_batchnorm;
   o.seed = t.seed;
   if (t.optimizer == "adam")
     o.optimizer.kind = OptimizerKind::Adam;
@@ -131,8 +131,9 @@ TrainingOptions training_options(const TrainCliOptions& t) {
   if (!(t.l2_reg >= 0) || !std::isfinite(t.l2_reg))
     fail(where, "--l2-reg must be a finite number of at least 0, got ", t.l2_reg);
   if (t.forecast_horizon < 0)
-    fail(where, "--forecast must be a number of steps of at least 0 (0: masked values instead), "
-                "got ",
+    fail(where,
+         "--forecast must be a number of steps of at least 0 (0: masked values instead), "
+         "got ",
          t.forecast_horizon);
   return o;
 }

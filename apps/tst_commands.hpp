@@ -17,6 +17,7 @@
 #include <kformer/data/preprocess.hpp>
 #include <kformer/data/series_set.hpp>
 #include <kformer/data/ts_format.hpp>
+#include <kformer/distributed/communicator.hpp>
 #include <kformer/models/tst.hpp>
 #include <kformer/training/checkpoint.hpp>
 #include <kformer/training/tst_trainer.hpp>
@@ -71,8 +72,25 @@ struct EpochsResult {
   bool stopped_early = false;  // by r.best.patience
 };
 
+// Runs `step` on every rank of comm, and if it throws on some, throws on all: the failing ranks
+// their own error, the others one naming them, so that no rank waits in a collective for a rank
+// that left. Setup steps that can fail on one rank alone (reading its files) run through it.
+template <class F>
+void on_every_rank(const distributed::Communicator& comm, const char* what, F&& step) {
+  try {
+    step();
+  } catch (...) {
+    (void)comm.all(false);  // tell the others, then raise this rank's own error
+    throw;
+  }
+  if (!comm.all(true))
+    fail("kformer", what, " failed on another rank (its error is in its output)");
+}
+
 // Runs epochs [first, epochs) of `trainer`, evaluating on `validation` after each, saving a
 // checkpoint after each (so a killed run resumes from the last complete epoch) and logging them.
+// Under several ranks (comm) every rank trains its replica and rank 0 alone writes the
+// checkpoints and metrics; a save that fails there stops every rank.
 // With r.best.keep, the model of the epoch with the best validation metric (lowest loss, or
 // highest accuracy) is also saved to <checkpoint_dir>/best, as TST keeps model_best.pth; with
 // r.best.patience > 0 the run stops after that many epochs without a better one. A resumed run
@@ -82,7 +100,8 @@ EpochsResult train_epochs(const Space& exec, TimeSeriesTransformer<T, Space>& mo
                           TstTrainer<T, Space>& trainer, const data::SeriesSet& train,
                           const data::SeriesSet& validation, int first, int epochs,
                           const std::string& run, const std::string& checkpoint_dir,
-                          CheckpointInfo info, MetricsLog& log, const RunOptions& r) {
+                          CheckpointInfo info, MetricsLog& log, const RunOptions& r,
+                          const distributed::Communicator& comm = {}) {
   const TstTask task = model.config().task;
   check_key_metric(r, task);
   const bool by_accuracy = r.best.metric == "accuracy";
@@ -136,12 +155,15 @@ EpochsResult train_epochs(const Space& exec, TimeSeriesTransformer<T, Space>& mo
       result.best_epoch = epoch + 1;
       result.best = result.last;
     }
-    if (!checkpoint_dir.empty()) {
-      save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), info);
-      if (r.best.keep && improved)
-        save_checkpoint<T, Space>(checkpoint_dir + "/best", model, nullptr, info);
-    }
-    log.write();  // after the checkpoints: the metrics never list an epoch that was not saved
+    on_every_rank(comm, "saving the checkpoint", [&] {
+      if (!comm.is_root()) return;
+      if (!checkpoint_dir.empty()) {
+        save_checkpoint(checkpoint_dir, model, &trainer.optimizer(), info);
+        if (r.best.keep && improved)
+          save_checkpoint<T, Space>(checkpoint_dir + "/best", model, nullptr, info);
+      }
+      log.write();  // after the checkpoints: the metrics never list an epoch that was not saved
+    });
   }
   result.stopped_early = result.last_epoch < epochs;
   if (result.stopped_early)
@@ -166,8 +188,7 @@ void check_problem_size(const TstConfig& c, const data::SeriesSet& data, int bat
   // about as much again for their gradients; attention itself is linear in S (no S x S buffer).
   const double values_per_token = (12 * d + 3 * ff) * (training ? 2 : 1);
   const double bytes = layers * b * s * values_per_token * sizeof(double);
-  const std::int64_t available =
-      backends::available_bytes<typename Space::memory_space>();
+  const std::int64_t available = backends::available_bytes<typename Space::memory_space>();
   if (available >= 0 && bytes > double(available))
     fail("kformer", "batches of ", b, " series of ", data.max_len, " steps need about ",
          backends::format_bytes(bytes), " for a ", training ? "training step" : "forward pass",

@@ -7,6 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#if KFORMER_ENABLE_MPI
+#include <mpi.h>
+#endif
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>
 #endif
@@ -208,6 +211,16 @@ void print_backends(std::ostream& os, bool verbose) {
   os << "  " << kokkos_kernels_description() << '\n';
   os << "  double precision in the program and benchmarks: "
      << (KFORMER_ENABLE_DOUBLE ? "on" : "off (KFORMER_ENABLE_DOUBLE)") << '\n';
+#if KFORMER_ENABLE_MPI
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(mpi, &length);  // allowed before MPI_Init
+  const std::string library(mpi, static_cast<std::size_t>(length));
+  os << "  MPI: " << library.substr(0, library.find_first_of(",\n"))
+     << " (data-parallel training under mpirun)\n";
+#else
+  os << "  MPI: off (KFORMER_ENABLE_MPI)\n";
+#endif
   for_each_space([&](auto space) {
     const BackendInfo info = backend_info(space);
     os << "  " << info.backend << ": " << info.device << ", memory " << info.memory_space << '\n';

@@ -48,6 +48,7 @@ as_root() {
 host_packages=(g++ cmake ninja-build make git ca-certificates xz-utils ccache
   libopenblas-openmp-dev catch2 nlohmann-json3-dev libcli11-dev zlib1g-dev python3-matplotlib
   gnuplot-nox  # scripts/run's loss curves
+  libopenmpi-dev openmpi-bin  # data-parallel training and its 2-rank tests
   clang libclang-rt-14-dev libomp-14-dev)  # for scripts/fuzz: clang 14, libFuzzer, OpenMP
 cuda_packages=(patch)
 hip_packages=(hipcc libamdhip64-dev)

@@ -11,9 +11,15 @@
 //            dx = gamma rstd / N (N dy - sum_n dy - xhat sum_n(dy xhat))
 // backward (eval):  dx = dy gamma / sqrt(running_var + eps)
 //            dgamma += sum_n dy xhat,  dbeta += sum_n dy
+//
+// Synchronised across replicas (PyTorch's SyncBatchNorm; set_replica_sums): the sums over n in
+// the statistics and in dx run over every replica's tokens, N is their total; dgamma and dbeta
+// keep this replica's own sums, which data-parallel training then adds up with the other
+// gradients.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <Kokkos_Core.hpp>
@@ -56,6 +62,16 @@ class BatchNorm {
     sum_dy_xhat_ = Vector("kformer::BatchNorm::sum_dy_xhat", dim);
   }
 
+  // Sums over the replicas of data-parallel training: values(exec, device pointer, n) adds n
+  // values in place over every replica, count(n) the token counts. Empty functions (the default):
+  // statistics of this replica's batch alone.
+  using ReplicaValueSum = std::function<void(const ExecutionSpace&, T*, std::int64_t)>;
+  using ReplicaCountSum = std::function<std::int64_t(std::int64_t)>;
+  void set_replica_sums(ReplicaValueSum values, ReplicaCountSum count) {
+    replica_values_ = std::move(values);
+    replica_count_ = std::move(count);
+  }
+
   int dim() const { return dim_; }
   Param<T, memory_space>& weight() { return weight_; }
   Param<T, memory_space>& bias() { return bias_; }
@@ -93,7 +109,9 @@ class BatchNorm {
     check_shape(where, "y", y, extents_of(x));
     const std::int64_t n = x.extent(0);
     training_ = ctx.training;
-    if (training_ && n < 2)
+    const bool synchronised = training_ && replica_values_ != nullptr;
+    n_total_ = synchronised ? replica_count_(n) : n;
+    if (training_ && n_total_ < 2)
       fail(where, "training needs more than one value per channel, got x of shape ", shape_of(x));
     const Vector mean = mean_, rstd = rstd_, running_mean = running_mean_,
                  running_var = running_var_;
@@ -102,7 +120,8 @@ class BatchNorm {
       backends::column_reduce(
           exec, n, dim_, KOKKOS_LAMBDA(const std::int64_t i, const int j) { return x(i, j); }, mean,
           false, partial_);
-      const T inv_n = T(1) / static_cast<T>(n);
+      if (synchronised) replica_values_(exec, mean.data(), dim_);
+      const T inv_n = T(1) / static_cast<T>(n_total_);
       Kokkos::parallel_for(
           "kformer::batch_norm::mean", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_),
           KOKKOS_LAMBDA(const int j) { mean(j) *= inv_n; });
@@ -112,8 +131,9 @@ class BatchNorm {
             return (x(i, j) - mean(j)) * (x(i, j) - mean(j));
           },
           rstd, false, partial_);
+      if (synchronised) replica_values_(exec, rstd.data(), dim_);
       const T m = static_cast<T>(momentum_);
-      const T unbiased = static_cast<T>(n) / static_cast<T>(n - 1);
+      const T unbiased = static_cast<T>(n_total_) / static_cast<T>(n_total_ - 1);
       Kokkos::parallel_for(
           "kformer::batch_norm::statistics", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_),
           KOKKOS_LAMBDA(const int j) {
@@ -178,10 +198,16 @@ class BatchNorm {
           dbeta(j) += sum_dy(j);
         });
     if (dx.data() == nullptr) return;
+    // dx's sums run over every replica's tokens (dgamma and dbeta above keep this one's).
+    const bool synchronised = training_ && replica_values_ != nullptr;
+    if (synchronised) {
+      replica_values_(exec, sum_dy.data(), dim_);
+      replica_values_(exec, sum_dy_xhat.data(), dim_);
+    }
 
     const int d = dim_;
     const bool training = training_;
-    const T inv_n = T(1) / static_cast<T>(n);
+    const T inv_n = T(1) / static_cast<T>(synchronised ? n_total_ : n);
     const T* const gamma = weight_.value.data();
     const T* const in = x.data();
     const T* const g = dy.data();
@@ -213,6 +239,9 @@ class BatchNorm {
   double eps_ = 1e-5, momentum_ = 0.1;
   bool training_ = false;
   std::int64_t num_batches_tracked_ = 0;
+  std::int64_t n_total_ = 0;  // tokens of the last training forward, over every replica when synced
+  ReplicaValueSum replica_values_;
+  ReplicaCountSum replica_count_;
   Param<T, memory_space> weight_, bias_;
   Vector running_mean_, running_var_;
   Vector mean_, rstd_;  // of the last forward: batch statistics, or the running ones in eval

@@ -5,6 +5,16 @@
 // Everything random is a function of (options.seed, epoch, step, series index): batch order, noise
 // masks and dropout masks. A run resumed at an epoch boundary from a checkpoint (parameters,
 // BatchNorm state, optimizer state and the global step) therefore continues bit for bit.
+//
+// Data-parallel training (set_communicator, distributed/communicator.hpp): every rank holds a
+// replica and takes its share of each global batch of batch_size x ranks series of the same
+// shuffled order; its loss gradient is scaled by its share of the global batch's values, the
+// gradients are summed to the same bits on every rank (formed on rank 0 and broadcast), and each
+// rank then takes the same optimizer step, so the replicas stay identical. BatchNorm statistics
+// are the rank's own batch's (as PyTorch's DDP) unless options.sync_batchnorm (SyncBatchNorm).
+// A last global batch of fewer series than ranks is left out. Dropout decisions follow a series'
+// place in its rank's batch, so with dropout the run differs from one rank's on the same global
+// batches; without it, only in the order of floating-point sums.
 #pragma once
 
 #include <chrono>
@@ -25,10 +35,12 @@
 #include "../core/tensor.hpp"
 #include "../data/preprocess.hpp"
 #include "../data/series_set.hpp"
+#include "../distributed/communicator.hpp"
 #include "../losses/deterministic_sum.hpp"
 #include "../losses/losses.hpp"
 #include "../masking/noise_mask.hpp"
 #include "../models/tst.hpp"
+#include "../models/tst_config.hpp"
 #include "../optimizers/optimizers.hpp"
 
 namespace kformer {
@@ -45,6 +57,7 @@ struct TrainingOptions {
   int forecast_horizon = 0;     // > 0: mask the last steps of every series instead
   bool freeze_encoder = false;  // fine-tune the output layer only
   bool check_finite = false;    // stop at the first block that produces a NaN or Inf (slower)
+  bool sync_batchnorm = false;  // data-parallel: BatchNorm statistics over every rank's batch
   std::uint64_t seed = 1337;
 };
 
@@ -86,6 +99,17 @@ double l2_penalty(const ExecutionSpace& exec, const T* w, T* g, std::int64_t n, 
         g[i] += two_l2 * w[i];
       });
   return l2 * sums[0];
+}
+
+// v *= factor.
+template <class ExecutionSpace, class T, class MemorySpace>
+void scale(const ExecutionSpace& exec, const Tensor2<T, MemorySpace>& v, T factor) {
+  T* const data = v.data();
+  Kokkos::parallel_for(
+      "kformer::trainer::scale",
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0,
+                                                                           std::int64_t(v.size())),
+      KOKKOS_LAMBDA(const std::int64_t i) { data[i] *= factor; });
 }
 
 }  // namespace impl
@@ -150,6 +174,61 @@ class TstTrainer {
     host_mask_ = Kokkos::create_mirror_view(noise_mask_);
   }
 
+  ~TstTrainer() {
+    if (comm_ && options_.sync_batchnorm)  // the model may train later without this trainer
+      model_.visit_batch_norms([](const std::string&, auto& bn) { bn.set_replica_sums({}, {}); });
+  }
+  TstTrainer(const TstTrainer&) = delete;
+  TstTrainer& operator=(const TstTrainer&) = delete;
+
+  // Trains as one replica of `comm`'s ranks (null or a group of one: this process alone). Every
+  // rank calls it at the same point with the same model: it refuses ranks that disagree on the
+  // model or the batch size (on every rank, before any other collective), and hands rank 0's
+  // parameters, buffers, optimizer state and step to the others, so that the replicas start
+  // identical. With options.sync_batchnorm the model's BatchNorm layers sum their statistics over
+  // the ranks.
+  void set_communicator(const ExecutionSpace& exec, distributed::Communicator* comm) {
+    comm_ = comm != nullptr && comm->size() > 1 ? comm : nullptr;
+    if (comm_ == nullptr) return;
+    // The sizes one by one first, so that the error names the one that differs.
+    const TstConfig& config = model_.config();
+    comm_->require_same("the feature count (feat_dim)", config.feat_dim);
+    comm_->require_same("the series length (max_len)", config.max_len);
+    comm_->require_same("d_model", config.d_model);
+    comm_->require_same("the head count", config.n_heads);
+    comm_->require_same("the layer count", config.num_layers);
+    comm_->require_same("dim_feedforward", config.dim_feedforward);
+    comm_->require_same("the output count (classes or targets)", config.num_outputs);
+    comm_->require_same("the model configuration", to_json(config));
+    comm_->require_same("the parameter count", model_.parameters().size());
+    comm_->require_same("the batch size", options_.batch_size);
+    comm_->require_same("sync_batchnorm", options_.sync_batchnorm ? 1 : 0);
+    const auto values = model_.parameters().values();
+    comm_->broadcast(exec, values.data(), std::int64_t(values.size()));
+    model_.visit_buffers([&](const std::string&, auto& v) {
+      comm_->broadcast(exec, v.data(), std::int64_t(v.size()));
+    });
+    comm_->broadcast(exec, optimizer_.exp_avg().data(), std::int64_t(optimizer_.exp_avg().size()));
+    comm_->broadcast(exec, optimizer_.exp_avg_sq().data(),
+                     std::int64_t(optimizer_.exp_avg_sq().size()));
+    std::int64_t steps = optimizer_.steps(), step = static_cast<std::int64_t>(step_);
+    comm_->broadcast(steps);
+    comm_->broadcast(step);
+    optimizer_.set_steps(steps);
+    step_ = static_cast<std::uint64_t>(step);
+    if (options_.sync_batchnorm) {
+      distributed::Communicator* const c = comm_;
+      model_.visit_batch_norms([c](const std::string&, auto& bn) {
+        bn.set_replica_sums(
+            [c](const ExecutionSpace& e, T* p, std::int64_t n) { c->sum_identical(e, p, n); },
+            [c](std::int64_t n) {
+              c->sum(&n, 1);
+              return n;
+            });
+      });
+    }
+  }
+
   Optimizer<T, ExecutionSpace>& optimizer() { return optimizer_; }
   const TrainingOptions& options() const { return options_; }
   std::uint64_t global_step() const { return step_; }
@@ -161,6 +240,7 @@ class TstTrainer {
                          const std::function<void(const BatchProgress&)>& progress = {}) {
     const ProfilingRegion region("kformer::TstTrainer::train_epoch");
     require_targets("kformer::TstTrainer::train_epoch", data);
+    if (comm_) require_shardable("kformer::TstTrainer::train_epoch", data);
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::int64_t> order = in_order(data);
     std::mt19937_64 rng(derive_seed(options_.seed, "epoch." + std::to_string(epoch)));
@@ -170,7 +250,8 @@ class TstTrainer {
     stats.lr = schedule_.lr(epoch);
     double weighted_loss = 0, weight = 0;
     for_each_batch(
-        exec, data, order, [&](std::int64_t b, std::int64_t batches, std::int64_t, int n) {
+        exec, data, order, /*sharded=*/true,
+        [&](std::int64_t b, std::int64_t batches, std::int64_t, int n) {
           const auto [loss, count] = step(exec, n, epoch, stats);
           weighted_loss += loss * count;
           weight += count;
@@ -191,10 +272,22 @@ class TstTrainer {
   Evaluation evaluate(const ExecutionSpace& exec, const data::SeriesSet& data) {
     const ProfilingRegion region("kformer::TstTrainer::evaluate");
     require_targets("kformer::TstTrainer::evaluate", data);
+    if (comm_) {  // the ranks' shares of data, scored with the same running statistics
+      comm_->require_same("the evaluation data's series count", data.n_series);
+      model_.visit_buffers([&](const std::string&, auto& v) {
+        comm_->broadcast(exec, v.data(), std::int64_t(v.size()));
+      });
+    }
     Evaluation e;
     double loss_sum = 0, squared = 0, absolute = 0;
     std::int64_t correct = 0, errors = 0;
-    for_each_batch(exec, data, in_order(data),
+    // Several ranks: each scores its contiguous share of the series, and the sums are added up.
+    std::vector<std::int64_t> order = in_order(data);
+    if (comm_) {
+      const auto [first, last] = comm_->share(data.n_series);
+      order = std::vector<std::int64_t>(order.begin() + first, order.begin() + last);
+    }
+    for_each_batch(exec, data, order, /*sharded=*/false,
                    [&](std::int64_t, std::int64_t, std::int64_t, int n) {
                      prepare_inputs(exec, n, kEvaluationStream);
                      const auto out = outputs(n);
@@ -213,6 +306,18 @@ class TstTrainer {
                        errors += sums.count;
                      }
                    });
+    if (comm_) {  // the sums over every rank's share
+      double sums[7] = {loss_sum, double(e.values), double(e.series), double(correct),
+                        squared,  absolute,         double(errors)};
+      comm_->sum_identical(sums, 7);
+      loss_sum = sums[0];
+      e.values = std::int64_t(sums[1]);
+      e.series = std::int64_t(sums[2]);
+      correct = std::int64_t(sums[3]);
+      squared = sums[4];
+      absolute = sums[5];
+      errors = std::int64_t(sums[6]);
+    }
     e.loss = e.values > 0 ? loss_sum / e.values : 0.0;
     if (model_.config().task == TstTask::Classification && e.series > 0)
       e.accuracy = double(correct) / e.series;
@@ -235,7 +340,7 @@ class TstTrainer {
       fail("kformer::TstTrainer::predict", "the mask holds ", given_mask->size(),
            " values, the data ", data.n_series * row);
     std::vector<float> result;
-    for_each_batch(exec, data, in_order(data),
+    for_each_batch(exec, data, in_order(data), /*sharded=*/false,
                    [&](std::int64_t, std::int64_t, std::int64_t first, int n) {
                      if (given_mask) {
                        for (std::int64_t i = 0; i < n * row; ++i)
@@ -266,7 +371,8 @@ class TstTrainer {
     Tensor2<T, memory_space> pooled_buffer("kformer::representations::pooled", options_.batch_size,
                                            d);
     for_each_batch(
-        exec, data, in_order(data), [&](std::int64_t, std::int64_t, std::int64_t, int n) {
+        exec, data, in_order(data), /*sharded=*/false,
+        [&](std::int64_t, std::int64_t, std::int64_t, int n) {
           prepare_inputs(exec, n, kNoMasks);
           model_.forward(exec, RunContext{false, 0, false}, inputs(n), keep(n), outputs(n));
           const Tensor3<T, memory_space> z(step_buffer.data(), n, S, d);
@@ -289,8 +395,9 @@ class TstTrainer {
   void require_targets(const char* where, const data::SeriesSet& data) const {
     const auto& c = model_.config();
     if (c.task == TstTask::Classification && !data.is_classification())
-      fail(where, "a classification model needs class labels in the data (predict and embed "
-                  "do not)");
+      fail(where,
+           "a classification model needs class labels in the data (predict and embed "
+           "do not)");
     if (c.task == TstTask::Regression && !data.is_regression())
       fail(where, "a regression model needs targets in the data (predict and embed do not)");
   }
@@ -305,18 +412,35 @@ class TstTrainer {
 
   // The one batch loop: for each batch of series order[first, first + n) (batch_size at a time,
   // the last one shorter), uploads them to the device buffers and calls
-  // f(batch index, number of batches, first, n).
+  // f(batch index, number of batches, first, n). Sharded over several ranks, the batches are
+  // global ones of batch_size x ranks series, of which this rank takes its share (a last one of
+  // fewer series than ranks is left out on every rank).
   template <class F>
   void for_each_batch(const ExecutionSpace& exec, const data::SeriesSet& data,
-                      const std::vector<std::int64_t>& order, F&& f) {
-    const std::int64_t batches = (data.n_series + options_.batch_size - 1) / options_.batch_size;
+                      const std::vector<std::int64_t>& order, bool sharded, F&& f) {
+    const std::int64_t ranks = sharded && comm_ ? comm_->size() : 1;
+    const std::int64_t global = std::int64_t(options_.batch_size) * ranks;
+    const std::int64_t count = static_cast<std::int64_t>(order.size());
+    std::int64_t batches = (count + global - 1) / global;
+    if (batches > 0 && count - (batches - 1) * global < ranks) --batches;
     for (std::int64_t b = 0; b < batches; ++b) {
-      const std::int64_t first = b * options_.batch_size;
-      const int n =
-          static_cast<int>(std::min<std::int64_t>(options_.batch_size, data.n_series - first));
-      upload(exec, data, order, first, n);
-      f(b, batches, first, n);
+      const std::int64_t g0 = b * global, in_batch = std::min(global, count - g0);
+      std::int64_t first = 0, last = in_batch;
+      if (ranks > 1) std::tie(first, last) = comm_->share(in_batch);
+      const int n = static_cast<int>(last - first);
+      upload(exec, data, order, g0 + first, n);
+      f(b, batches, g0 + first, n);
     }
+  }
+
+  // Refuses, on every rank, data the ranks cannot share: other series counts or features than
+  // rank 0's, or fewer series than ranks.
+  void require_shardable(const char* where, const data::SeriesSet& data) const {
+    comm_->require_same("the training data's series count", data.n_series);
+    comm_->require_same("the training data's feature count", data.n_features);
+    if (data.n_series < comm_->size())
+      fail(where, "the training data has ", data.n_series, " series for ", comm_->size(),
+           " ranks: each rank needs at least one");
   }
 
   static std::int64_t trainable_size(Model& model, const TrainingOptions& options) {
@@ -431,6 +555,14 @@ class TstTrainer {
     const auto d_out = d_outputs(n);
     model_.forward(exec, ctx, x, keep(n), out);
     auto [loss, count] = task_loss(exec, n, d_out);
+    if (comm_) {
+      // The global batch's mean: this rank's gradient weighted by its share of the values.
+      double sums[2] = {loss * double(count), double(count)};
+      comm_->sum_identical(sums, 2);
+      impl::scale(exec, d_out, static_cast<T>(double(count) / sums[1]));
+      loss = sums[0] / sums[1];
+      count = static_cast<std::int64_t>(sums[1]);
+    }
     const auto params = model_.parameters().values();
     const auto grads = model_.parameters().grads();
     if (options_.l2_reg > 0) loss += output_l2(exec);
@@ -439,6 +571,7 @@ class TstTrainer {
     const auto range = std::make_pair(first, model_.parameters().size());
     const Tensor1<T, memory_space> p(params.data() + first, range.second - first);
     const Tensor1<T, memory_space> g(grads.data() + first, range.second - first);
+    if (comm_) comm_->sum_identical(exec, g.data(), std::int64_t(g.size()));
     stats.grad_norm = options_.clip_norm > 0
                           ? clip_grad_norm(exec, g, options_.clip_norm, norm_workspace_)
                           : global_norm(exec, g, norm_workspace_);
@@ -454,11 +587,14 @@ class TstTrainer {
     return {loss, count};
   }
 
+  // l2 |w|^2 of the output layer, its gradient added to the gradients; over several ranks each
+  // adds 1/ranks of it, which the gradients' sum over the ranks makes whole.
   double output_l2(const ExecutionSpace& exec) {
     const auto* entry = model_.parameters().find("output_layer.weight");
-    return impl::l2_penalty(exec, model_.parameters().values().data() + entry->offset,
-                            model_.parameters().grads().data() + entry->offset, entry->numel,
-                            options_.l2_reg, l2_workspace_);
+    const double ranks = comm_ ? comm_->size() : 1;
+    return ranks * impl::l2_penalty(exec, model_.parameters().values().data() + entry->offset,
+                                    model_.parameters().grads().data() + entry->offset,
+                                    entry->numel, options_.l2_reg / ranks, l2_workspace_);
   }
 
   Model& model_;
@@ -468,6 +604,7 @@ class TstTrainer {
   NoiseMask<ExecutionSpace> noise_;
   Losses<T, ExecutionSpace> losses_;
   DeterministicSum<ExecutionSpace, 1> norm_workspace_, l2_workspace_;
+  distributed::Communicator* comm_ = nullptr;  // several ranks, or null
   std::uint64_t step_ = 0;
   data::HostBatch host_;
   Tensor3<T, memory_space> values_, inputs_;

@@ -19,7 +19,7 @@ run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/install")
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" -G Ninja
     "-Dkformer_ROOT=${WORK_DIR}/install" -DCMAKE_BUILD_TYPE=Release
     "-DREADME_EXAMPLE=${WORK_DIR}/readme_example.cpp"
-    "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+    "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
 execute_process(COMMAND "${WORK_DIR}/build/consumer" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 message("${out}")

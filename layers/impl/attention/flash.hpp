@@ -723,4 +723,63 @@ void probabilities(const ExecutionSpace& exec, const Problem<T, KeyMask, AttnMas
       });
 }
 
+// The key-padding and additive masks of MultiHeadAttention (its Mask and ConstMatrix).
+template <class ExecutionSpace>
+using KeyMaskOf =
+    Kokkos::View<const bool**, Kokkos::LayoutRight, typename ExecutionSpace::memory_space>;
+template <class ExecutionSpace, class T>
+using AttnMaskOf =
+    Kokkos::View<const T**, Kokkos::LayoutRight, typename ExecutionSpace::memory_space>;
+
+// The passes for those masks are compiled once, in the library (layers/attention_instances.cpp),
+// for every enabled space and for float and double: each instance holds 18 kernels (six widths,
+// three passes), nvcc's longest work, which every translation unit that uses attention would
+// otherwise compile again. PREFIX is "extern template" (here) or "template" (there).
+#define KFORMER_FLASH_INSTANCE(PREFIX, SPACE, T)                                \
+  PREFIX void forward<SPACE, T, KeyMaskOf<SPACE>, AttnMaskOf<SPACE, T>>(        \
+      const SPACE&, const Problem<T, KeyMaskOf<SPACE>, AttnMaskOf<SPACE, T>>&); \
+  PREFIX void backward<SPACE, T, KeyMaskOf<SPACE>, AttnMaskOf<SPACE, T>>(       \
+      const SPACE&, const Problem<T, KeyMaskOf<SPACE>, AttnMaskOf<SPACE, T>>&,  \
+      const Gradients<T>&);                                                     \
+  PREFIX void probabilities<SPACE, T, KeyMaskOf<SPACE>, AttnMaskOf<SPACE, T>>(  \
+      const SPACE&, const Problem<T, KeyMaskOf<SPACE>, AttnMaskOf<SPACE, T>>&, T*);
+#define KFORMER_FLASH_INSTANCES_OF(PREFIX, SPACE) \
+  KFORMER_FLASH_INSTANCE(PREFIX, SPACE, float)    \
+  KFORMER_FLASH_INSTANCE(PREFIX, SPACE, double)
+#if defined(KOKKOS_ENABLE_SERIAL)
+#define KFORMER_FLASH_SERIAL(PREFIX) KFORMER_FLASH_INSTANCES_OF(PREFIX, Kokkos::Serial)
+#else
+#define KFORMER_FLASH_SERIAL(PREFIX)
+#endif
+#if defined(KOKKOS_ENABLE_OPENMP)
+#define KFORMER_FLASH_OPENMP(PREFIX) KFORMER_FLASH_INSTANCES_OF(PREFIX, Kokkos::OpenMP)
+#else
+#define KFORMER_FLASH_OPENMP(PREFIX)
+#endif
+#if defined(KOKKOS_ENABLE_THREADS)
+#define KFORMER_FLASH_THREADS(PREFIX) KFORMER_FLASH_INSTANCES_OF(PREFIX, Kokkos::Threads)
+#else
+#define KFORMER_FLASH_THREADS(PREFIX)
+#endif
+#if defined(KOKKOS_ENABLE_CUDA)
+#define KFORMER_FLASH_CUDA(PREFIX) KFORMER_FLASH_INSTANCES_OF(PREFIX, Kokkos::Cuda)
+#else
+#define KFORMER_FLASH_CUDA(PREFIX)
+#endif
+#if defined(KOKKOS_ENABLE_HIP)
+#define KFORMER_FLASH_HIP(PREFIX) KFORMER_FLASH_INSTANCES_OF(PREFIX, compat::HIP)
+#else
+#define KFORMER_FLASH_HIP(PREFIX)
+#endif
+#define KFORMER_FLASH_ALL_INSTANCES(PREFIX) \
+  KFORMER_FLASH_SERIAL(PREFIX)              \
+  KFORMER_FLASH_OPENMP(PREFIX)              \
+  KFORMER_FLASH_THREADS(PREFIX)             \
+  KFORMER_FLASH_CUDA(PREFIX)                \
+  KFORMER_FLASH_HIP(PREFIX)
+
+#if !defined(KFORMER_FLASH_INSTANTIATE)
+KFORMER_FLASH_ALL_INSTANCES(extern template)
+#endif
+
 }  // namespace kformer::impl::flash
