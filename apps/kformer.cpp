@@ -688,42 +688,66 @@ std::string kokkos_option_problem(const std::string& arg) {
 }  // namespace
 
 // The program; main() adds the last guard.
-static int run_program(int argc, char* argv[], distributed::Communicator& world) {
+// Runs the command line; under several ranks (world) sets stopped_on_every_rank when the error it
+// returns for was raised by every rank at the same point (ErrorOnEveryRank), so that each rank can
+// end normally after printing its own message rather than abort the job.
+static int run_program(int argc, char* argv[], distributed::Communicator& world,
+                       bool& stopped_on_every_rank) {
   // --kokkos-* arguments go to Kokkos, the rest to the command line parser.
   std::vector<char*> kokkos_args = {argv[0]}, app_args = {argv[0]};
   for (int i = 1; i < argc; ++i)
     (std::string(argv[i]).rfind("--kokkos-", 0) == 0 ? kokkos_args : app_args).push_back(argv[i]);
   int kokkos_argc = static_cast<int>(kokkos_args.size());
   const int app_argc = static_cast<int>(app_args.size());
-  for (int i = 1; i < kokkos_argc; ++i) {
-    const std::string problem = kokkos_option_problem(kokkos_args[std::size_t(i)]);
-    if (!problem.empty()) {
-      std::fprintf(stderr, "kformer: error: %s\n", problem.c_str());
-      return 2;
-    }
-  }
+  std::string kokkos_problem;
+  for (int i = 1; i < kokkos_argc && kokkos_problem.empty(); ++i)
+    kokkos_problem = kokkos_option_problem(kokkos_args[std::size_t(i)]);
 
   CLI::App app;
   CliOptions cli;
   Command command = Command::Default;
-  try {
-    command = parse_command_line(app, cli, app_argc, app_args.data());
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+  int parse_status = -1;  // CLI11's exit status where the command line does not name a run
+  if (kokkos_problem.empty()) {
+    try {
+      command = parse_command_line(app, cli, app_argc, app_args.data());
+    } catch (const CLI::ParseError& e) {
+      parse_status = app.exit(e);
+    }
+  } else {
+    std::fprintf(stderr, "kformer: error: %s\n", kokkos_problem.c_str());
+    parse_status = 2;
   }
-  const std::string& backend = cli.backend;
-  const std::string& precision = cli.precision;
   if (world.size() > 1) {
-    // Under mpirun: data-parallel training; rank 0 alone prints (errors come from every rank).
-    if (command != Command::Pretrain && command != Command::Finetune) {
+    // Under mpirun: data-parallel training, rank 0 alone printing. The first collective of every
+    // rank: all of them run the same training command, or all stop, each saying why.
+    const bool trains =
+        parse_status < 0 && (command == Command::Pretrain || command == Command::Finetune);
+    if (parse_status < 0 && !trains)
       std::fprintf(stderr,
                    "kformer: error: under %d ranks only pretrain and finetune run (data-parallel "
                    "training); run other commands as one process\n",
                    world.size());
+    stopped_on_every_rank = true;
+    if (!world.all(trains)) {
+      if (trains)
+        std::fprintf(stderr,
+                     "kformer: error: another rank's command line does not train (its "
+                     "error is in its output)\n");
+      return parse_status > 0 ? parse_status : 2;
+    }
+    try {
+      world.require_same("the command (pretrain or finetune)", static_cast<std::int64_t>(command));
+    } catch (const Error& e) {
+      std::fprintf(stderr, "kformer: error: %s\n", e.what());
       return 2;
     }
+    stopped_on_every_rank = false;
     if (!world.is_root() && std::freopen("/dev/null", "w", stdout) == nullptr) return 2;
+  } else if (parse_status >= 0) {
+    return parse_status;
   }
+  const std::string& backend = cli.backend;
+  const std::string& precision = cli.precision;
 
   try {
     check_outputs(command, cli);
@@ -797,6 +821,10 @@ static int run_program(int argc, char* argv[], distributed::Communicator& world)
         });
         break;
     }
+  } catch (const distributed::ErrorOnEveryRank& e) {
+    std::fprintf(stderr, "\nkformer: error: %s\n", e.what());
+    stopped_on_every_rank = true;
+    return 2;
   } catch (const Error& e) {
     std::fprintf(stderr, "\nkformer: error: %s\n", e.what());
     return 2;
@@ -813,17 +841,19 @@ int main(int argc, char* argv[]) {
   // MPI first (under mpirun), Kokkos inside run_program(), finalised before MPI is.
   distributed::Environment mpi(&argc, &argv);
   int status = 3;
+  bool stopped_on_every_rank = false;
   // Whatever escapes run_program() (an exception of the command-line library's own setup, an
   // allocation that fails before the commands' handlers) still ends in one line and a non-zero
   // exit.
   try {
-    status = run_program(argc, argv, mpi.world());
+    status = run_program(argc, argv, mpi.world(), stopped_on_every_rank);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kformer: error (unexpected): %s\n", e.what());
   } catch (...) {
     std::fprintf(stderr, "kformer: error (unexpected): an unknown exception\n");
   }
-  // A rank that stops with an error ends the job, so that no other rank waits for it.
-  if (status != 0 && mpi.world().size() > 1) mpi.world().abort_all(status);
+  // A rank that stops with an error of its own ends the job, so that no other rank waits for it.
+  if (status != 0 && !stopped_on_every_rank && mpi.world().size() > 1)
+    mpi.world().abort_all(status);
   return status;
 }

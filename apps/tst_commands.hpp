@@ -79,12 +79,16 @@ template <class F>
 void on_every_rank(const distributed::Communicator& comm, const char* what, F&& step) {
   try {
     step();
-  } catch (...) {
+  } catch (const Error& e) {
     (void)comm.all(false);  // tell the others, then raise this rank's own error
+    throw distributed::ErrorOnEveryRank(e.what());
+  } catch (...) {
+    (void)comm.all(false);
     throw;
   }
   if (!comm.all(true))
-    fail("kformer", what, " failed on another rank (its error is in its output)");
+    distributed::fail_on_every_rank("kformer", what,
+                                    " failed on another rank (its error is in its output)");
 }
 
 // Runs epochs [first, epochs) of `trainer`, evaluating on `validation` after each, saving a

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -36,6 +37,24 @@
 #endif
 
 namespace kformer::distributed {
+
+// An error that every rank of a communicator raises at the same point, from facts the ranks have
+// agreed on (require_same, a shard count, a setup step that failed somewhere): each rank prints
+// its own message and ends normally, where any other error ends the job with MPI_Abort (which
+// can kill the other ranks before they have said why).
+class ErrorOnEveryRank : public Error {
+ public:
+  using Error::Error;
+};
+
+// Throws ErrorOnEveryRank("<where>: <parts...>"); call it only where every rank calls it.
+template <class... Parts>
+[[noreturn]] void fail_on_every_rank(const std::string& where, const Parts&... parts) {
+  std::ostringstream os;
+  os << where << ": ";
+  (os << ... << parts);
+  throw ErrorOnEveryRank(os.str());
+}
 
 class Communicator {
  public:
@@ -122,8 +141,8 @@ class Communicator {
     std::int64_t bounds[2] = {value, -value};
     min(bounds, 2);
     if (bounds[0] != -bounds[1])
-      fail("kformer::distributed", "the ranks disagree on ", what, ": from ", bounds[0], " to ",
-           -bounds[1], " (rank ", rank_, " has ", value, ")");
+      fail_on_every_rank("kformer::distributed", "the ranks disagree on ", what, ": from ",
+                         bounds[0], " to ", -bounds[1], " (rank ", rank_, " has ", value, ")");
   }
   void require_same(const std::string& what, const std::string& text) const {
     require_same(what + " (its hash)", static_cast<std::int64_t>(fnv1a(text) >> 1));

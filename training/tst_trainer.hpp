@@ -439,8 +439,9 @@ class TstTrainer {
     comm_->require_same("the training data's series count", data.n_series);
     comm_->require_same("the training data's feature count", data.n_features);
     if (data.n_series < comm_->size())
-      fail(where, "the training data has ", data.n_series, " series for ", comm_->size(),
-           " ranks: each rank needs at least one");
+      distributed::fail_on_every_rank(where, "the training data has ", data.n_series,
+                                      " series for ", comm_->size(),
+                                      " ranks: each rank needs at least one");
   }
 
   static std::int64_t trainable_size(Model& model, const TrainingOptions& options) {
