@@ -185,6 +185,56 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
 
   auto* info = app.add_subcommand("info", "list the enabled backends and devices");
 
+  TrajectoryCliOptions& tr = o.trajectory;
+  auto* trajectory = app.add_subcommand(
+      "trajectory",
+      "phase-space trajectories: train transformer integrators (volume-preserving and standard, "
+      "with and without positional encoding), roll them out, compare");
+  trajectory->add_option("--system", tr.system, "rigid-body or coupled-oscillators")
+      ->check(CLI::IsMember({"rigid-body", "coupled-oscillators"}));
+  trajectory->add_option("--data", tr.data,
+                         "CSV of your own trajectories (series_id, then one column per "
+                         "coordinate) instead of a generated system");
+  trajectory->add_option("--model", tr.models, "vpt, standard or both")
+      ->check(CLI::IsMember({"vpt", "standard"}));
+  trajectory->add_option("--positional-encoding", tr.encodings, "off, on or both")
+      ->check(CLI::IsMember({"off", "on"}));
+  trajectory->add_option("--trajectories", tr.trajectories, "generated training trajectories")
+      ->check(CLI::Range(1, 1 << 20));
+  trajectory
+      ->add_option("--validation-trajectories", tr.validation_trajectories,
+                   "generated validation trajectories, rolled out")
+      ->check(CLI::Range(1, 1 << 20));
+  trajectory->add_option("--steps", tr.steps, "states per training trajectory")
+      ->check(CLI::Range(2, 1 << 24));
+  trajectory->add_option("--rollout-steps", tr.rollout_steps, "states per validation trajectory")
+      ->check(CLI::Range(2, 1 << 24));
+  trajectory->add_option("--time-step", tr.time_step, "integrator time step")
+      ->check(CLI::PositiveNumber);
+  trajectory->add_option("--seq-length", tr.seq_length, "states in a window")
+      ->check(CLI::Range(1, 256));
+  trajectory
+      ->add_option("--prediction-window", tr.prediction_window,
+                   "states predicted from a window (at most --seq-length)")
+      ->check(CLI::Range(1, 256));
+  trajectory
+      ->add_option("--units", tr.units,
+                   "attention + feed-forward units of the volume-preserving transformer")
+      ->check(CLI::Range(1, 64));
+  trajectory->add_option("--n-blocks", tr.n_blocks, "blocks of each volume-preserving feed-forward")
+      ->check(CLI::Range(0, 64));
+  trajectory->add_option("--n-linear", tr.n_linear, "linear layer pairs per block")
+      ->check(CLI::Range(1, 64));
+  trajectory->add_option("--epochs", tr.epochs, "training epochs of each model")
+      ->check(CLI::Range(0, 1 << 20));
+  trajectory->add_option("--batch-size", tr.batch_size, "windows per batch")
+      ->check(CLI::Range(1, 1 << 20));
+  trajectory->add_option("--lr", tr.learning_rate, "Adam's learning rate")
+      ->check(CLI::PositiveNumber);
+  trajectory->add_option("--seed", tr.seed, "seed of the data and the models")->check(seed_value());
+  trajectory->add_option("--output-dir", tr.output_dir, "directory of the CSVs and the plot")
+      ->default_val("kformer-out/trajectory");
+
   app.parse(argc, argv);
   for (CLI::App* command : {pretrain, finetune})
     for (const char* name :
@@ -196,6 +246,7 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
   o.encode.precision = o.precision;
 
   if (*info) return Command::Info;
+  if (*trajectory) return Command::Trajectory;
   if (*encode_cmd) return Command::Encode;
   if (*generate) return Command::GenerateData;
   if (*pretrain) return Command::Pretrain;

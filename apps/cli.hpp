@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "trajectory_command.hpp"
+
 namespace CLI {
 class App;
 }
@@ -96,7 +98,8 @@ enum class Command {
   Predict,
   Encode,
   GenerateData,
-  Info
+  Info,
+  Trajectory
 };
 
 // Everything the command line sets.
@@ -113,6 +116,7 @@ struct CliOptions {
   bool change_output = false;
   int batch_size = 64;
   EncodeOptions encode;
+  TrajectoryCliOptions trajectory;
 };
 
 // Declares kformer's options and subcommands on `app` (a default-constructed CLI::App), bound to

@@ -781,6 +781,9 @@ static int run_program(int argc, char* argv[], distributed::Communicator& world,
       case Command::GenerateData:
         command_generate_data(cli.data_dir, cli.demo_seed);
         break;
+      case Command::Trajectory:
+        run_trajectory_command(backend, precision, cli.trajectory);
+        break;
       case Command::Pretrain:
         dispatch(backend, precision, [&](auto space, auto p) {
           command_pretrain<typename decltype(p)::type>(space, cli.data, cli.model, cli.training,

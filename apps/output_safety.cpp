@@ -95,6 +95,15 @@ void check_outputs(Command command, const CliOptions& options) {
     case Command::Embed:
       check_output_file("embed", options);
       break;
+    case Command::Trajectory:
+      // The files it writes must not be the trajectories it reads.
+      if (!options.trajectory.data.empty())
+        for (const char* name : {"rollout_error.csv", "rollout.csv", "rollout.gp", "rollout.png"})
+          if (same_path(options.trajectory.data, options.trajectory.output_dir + "/" + name))
+            fail("kformer trajectory", "--data ", options.trajectory.data,
+                 " is the file --output-dir ", options.trajectory.output_dir, " would write as ",
+                 name, "; choose another --output-dir");
+      break;
     default:
       break;
   }

@@ -24,11 +24,11 @@ case "$variant" in
   hip) variant_args=(-DCMAKE_CXX_COMPILER=hipcc -DKFORMER_ENABLE_KOKKOS_KERNELS=OFF) ;;
 esac
 # Compiles are cached outside the clone (ccache, installed by the bootstrap), so that a fresh clone
-# on a machine that built kformer before recompiles only what changed.
-# Host variant only: nvcc_wrapper and hipcc are left as they are.
+# on a machine that built kformer before recompiles only what changed: for every variant (ccache
+# runs nvcc_wrapper and hipcc like any compiler, and compiles uncached what it cannot cache).
 # The host variant trains over MPI too (the bootstrap installs Open MPI), so that its tests run.
 [ "$variant" = host ] && command -v mpicxx >/dev/null && variant_args+=(-DKFORMER_ENABLE_MPI=ON)
-if [ "$variant" = host ] && command -v ccache >/dev/null; then
+if command -v ccache >/dev/null; then
   export CCACHE_DIR=${CCACHE_DIR:-${KFORMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kformer}/ccache}
   # No CCACHE_BASEDIR: it would make __FILE__ relative, which tests use to find their files.
   variant_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)

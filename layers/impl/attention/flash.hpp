@@ -734,7 +734,9 @@ using AttnMaskOf =
 // The passes for those masks are compiled once, in the library (layers/attention_instances.cpp),
 // for every enabled space and for float and double: each instance holds 18 kernels (six widths,
 // three passes), nvcc's longest work, which every translation unit that uses attention would
-// otherwise compile again. PREFIX is "extern template" (here) or "template" (there).
+// otherwise compile again. PREFIX is "extern template" (here) or "template" (there). The
+// arguments are types in template argument lists, where parentheses would not compile.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define KFORMER_FLASH_INSTANCE(PREFIX, SPACE, T)                                \
   PREFIX void forward<SPACE, T, KeyMaskOf<SPACE>, AttnMaskOf<SPACE, T>>(        \
       const SPACE&, const Problem<T, KeyMaskOf<SPACE>, AttnMaskOf<SPACE, T>>&); \
@@ -746,6 +748,7 @@ using AttnMaskOf =
 #define KFORMER_FLASH_INSTANCES_OF(PREFIX, SPACE) \
   KFORMER_FLASH_INSTANCE(PREFIX, SPACE, float)    \
   KFORMER_FLASH_INSTANCE(PREFIX, SPACE, double)
+// NOLINTEND(bugprone-macro-parentheses)
 #if defined(KOKKOS_ENABLE_SERIAL)
 #define KFORMER_FLASH_SERIAL(PREFIX) KFORMER_FLASH_INSTANCES_OF(PREFIX, Kokkos::Serial)
 #else
