@@ -120,6 +120,61 @@ class StandardTransformerNetwork {
   GrowingBuffer<T, memory_space> grads_{"kformer::StandardTransformerNetwork::grads"};
 };
 
+namespace impl {
+
+// Windows order(first .. first+n-1) of trajectories (count, steps, d) into x (n, seq, d) and the
+// `window` states after each into target (n * window, d); window index w = trajectory * per +
+// start. (Free functions: CUDA's extended lambdas may not live in private member functions.)
+template <class ExecutionSpace, class Trajectories, class Order, class X, class Target>
+void gather_windows(const ExecutionSpace& exec, const Trajectories& trajectories,
+                    const Order& order, std::int64_t first, std::int64_t per, const X& x,
+                    const Target& target) {
+  const int n = x.extent(0), seq = x.extent(1), d = x.extent(2);
+  const int window = target.extent(0) / (n > 0 ? n : 1);
+  Kokkos::parallel_for(
+      "kformer::TransformerIntegrator::gather",
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(n) * (seq + window) * d),
+      KOKKOS_LAMBDA(const std::int64_t idx) {
+        const int b = idx / ((seq + window) * d), r = (idx / d) % (seq + window), k = idx % d;
+        const std::int64_t w = order(first + b);
+        const std::int64_t t = w / per, start = w % per;
+        if (r < seq)
+          x(b, r, k) = trajectories(t, start + r, k);
+        else
+          target(std::int64_t(b) * window + r - seq, k) = trajectories(t, start + r, k);
+      });
+}
+
+// rows (n * window, d) = the last `window` rows of each y(b) (n, seq, d).
+template <class ExecutionSpace, class Y, class Rows>
+void last_rows(const ExecutionSpace& exec, const Y& y, int window, const Rows& rows) {
+  const int n = y.extent(0), seq = y.extent(1), d = y.extent(2);
+  Kokkos::parallel_for(
+      "kformer::TransformerIntegrator::last_rows",
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(n) * window * d),
+      KOKKOS_LAMBDA(const std::int64_t idx) {
+        const int b = idx / (window * d), r = (idx / d) % window, k = idx % d;
+        rows(std::int64_t(b) * window + r, k) = y(b, seq - window + r, k);
+      });
+}
+
+// dy (n, seq, d): the rows (n * window, d) in each dy(b)'s last `window` rows, zero above them.
+template <class ExecutionSpace, class Rows, class DY>
+void into_last_rows(const ExecutionSpace& exec, const Rows& rows, const DY& dy) {
+  const int n = dy.extent(0), seq = dy.extent(1), d = dy.extent(2);
+  const int window = rows.extent(0) / (n > 0 ? n : 1);
+  Kokkos::parallel_for(
+      "kformer::TransformerIntegrator::into_last_rows",
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(n) * seq * d),
+      KOKKOS_LAMBDA(const std::int64_t idx) {
+        const int b = idx / (seq * d), r = (idx / d) % seq, k = idx % d;
+        dy(b, r, k) = r >= seq - window ? rows(std::int64_t(b) * window + r - (seq - window), k)
+                                        : typename DY::non_const_value_type(0);
+      });
+}
+
+}  // namespace impl
+
 struct TransformerIntegratorOptions {
   int seq_length = 3;
   int prediction_window = 1;
@@ -265,20 +320,8 @@ class TransformerIntegrator {
               const Tensor1<std::int64_t, memory_space>& order, std::int64_t first, int n) {
     const int seq = options_.seq_length, window = options_.prediction_window, d = sys_dim_;
     const std::int64_t per = windows_per_trajectory(trajectories.extent(1));
-    auto x = inputs_.view(n, seq, d);
-    auto target = targets_.view(std::int64_t(n) * window, d);
-    Kokkos::parallel_for(
-        "kformer::TransformerIntegrator::gather",
-        Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(n) * (seq + window) * d),
-        KOKKOS_LAMBDA(const std::int64_t idx) {
-          const int b = idx / ((seq + window) * d), r = (idx / d) % (seq + window), k = idx % d;
-          const std::int64_t w = order(first + b);
-          const std::int64_t t = w / per, start = w % per;
-          if (r < seq)
-            x(b, r, k) = trajectories(t, start + r, k);
-          else
-            target(std::int64_t(b) * window + r - seq, k) = trajectories(t, start + r, k);
-        });
+    impl::gather_windows(exec, trajectories, order, first, per, inputs_.view(n, seq, d),
+                         targets_.view(std::int64_t(n) * window, d));
   }
 
   // The network (with the encoding in front when asked) on the gathered inputs.
@@ -303,27 +346,13 @@ class TransformerIntegrator {
     run_network(exec, ctx, x, y);
     auto prediction = prediction_.view(std::int64_t(n) * window, d);
     auto d_prediction = d_prediction_.view(std::int64_t(n) * window, d);
-    Kokkos::parallel_for(
-        "kformer::TransformerIntegrator::prediction_rows",
-        Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(n) * window * d),
-        KOKKOS_LAMBDA(const std::int64_t idx) {
-          const int b = idx / (window * d), r = (idx / d) % window, k = idx % d;
-          prediction(std::int64_t(b) * window + r, k) = y(b, seq - window + r, k);
-        });
+    impl::last_rows(exec, y, window, prediction);
     auto target = targets_.view(std::int64_t(n) * window, d);
     const double value =
         losses_.mse(exec, prediction, target, backward ? d_prediction : Tensor2<T, memory_space>());
     if (!backward) return value;
     auto dy = d_outputs_.view(n, seq, d);
-    Kokkos::parallel_for(
-        "kformer::TransformerIntegrator::output_gradient",
-        Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(n) * seq * d),
-        KOKKOS_LAMBDA(const std::int64_t idx) {
-          const int b = idx / (seq * d), r = (idx / d) % seq, k = idx % d;
-          dy(b, r, k) = r >= seq - window
-                            ? d_prediction(std::int64_t(b) * window + r - (seq - window), k)
-                            : T(0);
-        });
+    impl::into_last_rows(exec, d_prediction, dy);
     // The encoding's Jacobian is the identity and it has no parameters: the network's input
     // gradient is not needed.
     const Tensor3 no_dx;
