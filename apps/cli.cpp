@@ -235,6 +235,52 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
   trajectory->add_option("--output-dir", tr.output_dir, "directory of the CSVs and the plot")
       ->default_val("kformer-out/trajectory");
 
+  SpectraCliOptions& sp = o.spectra;
+  auto* spectra = app.add_subcommand(
+      "spectra",
+      "MS/MS spectra: train the spectrum transformer (fingerprint and class heads) with and "
+      "without positional and intensity encodings, and compare");
+  spectra->add_option("--train", sp.train,
+                      "training spectra, .msp or .mgf with Fingerprint and Class fields "
+                      "(generated when not given)");
+  spectra->add_option("--test", sp.test, "test spectra, .msp or .mgf");
+  spectra->add_option("--spectra", sp.spectra, "generated spectra (80 % training)")
+      ->check(CLI::Range(10, 1 << 22));
+  spectra->add_option("--bits", sp.bits, "fingerprint bits")->check(CLI::Range(2, 4096));
+  spectra->add_option("--classes", sp.classes, "classes of the Class field")
+      ->check(CLI::Range(2, 1 << 16));
+  spectra
+      ->add_option("--variant", sp.variants,
+                   "full, no-positional-encoding, no-intensity-encoding, neither (default: all)")
+      ->check(
+          CLI::IsMember({"full", "no-positional-encoding", "no-intensity-encoding", "neither"}));
+  spectra->add_option("--epochs", sp.epochs, "training epochs of each variant")
+      ->check(CLI::Range(1, 1 << 20));
+  spectra->add_option("--batch-size", sp.batch_size, "spectra per batch")
+      ->check(CLI::Range(1, 1 << 20));
+  spectra->add_option("--lr", sp.learning_rate, "Adam's learning rate")->check(CLI::PositiveNumber);
+  spectra->add_option("--d-model", sp.d_model, "model width")->check(CLI::Range(2, 4096));
+  spectra->add_option("--heads", sp.heads, "attention heads")->check(CLI::Range(1, 256));
+  spectra->add_option("--layers", sp.layers, "encoder layers")->check(CLI::Range(1, 64));
+  spectra->add_option("--dim-feedforward", sp.dim_feedforward, "feed-forward width")
+      ->check(CLI::Range(1, 1 << 16));
+  spectra->add_option("--top-k", sp.top_k, "peaks kept per spectrum, the most intense (0: all)")
+      ->check(CLI::Range(0, 1 << 20));
+  spectra
+      ->add_option("--min-intensity", sp.min_relative_intensity,
+                   "drop peaks below this fraction of the base peak")
+      ->check(CLI::Range(0.0, 1.0));
+  spectra->add_option("--merge-tolerance", sp.merge_tolerance, "merge peaks this close (Da)")
+      ->check(CLI::Range(0.0, 1e6));
+  spectra->add_flag("--precursor-token", sp.precursor_token, "the precursor as the first token");
+  spectra->add_option("--max-peaks", sp.max_peaks, "refuse spectra with more peaks")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+  spectra->add_option("--seed", sp.seed, "seed of the data and the models")->check(seed_value());
+  spectra->add_option("--list", sp.list,
+                      "only read this .msp or .mgf file and print its spectra as JSON lines");
+  spectra->add_option("--output-dir", sp.output_dir, "directory of the results")
+      ->default_val("kformer-out/spectra");
+
   app.parse(argc, argv);
   for (CLI::App* command : {pretrain, finetune})
     for (const char* name :
@@ -247,6 +293,7 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
 
   if (*info) return Command::Info;
   if (*trajectory) return Command::Trajectory;
+  if (*spectra) return Command::Spectra;
   if (*encode_cmd) return Command::Encode;
   if (*generate) return Command::GenerateData;
   if (*pretrain) return Command::Pretrain;

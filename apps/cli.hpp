@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "spectra_command.hpp"
 #include "trajectory_command.hpp"
 
 namespace CLI {
@@ -99,7 +100,8 @@ enum class Command {
   Encode,
   GenerateData,
   Info,
-  Trajectory
+  Trajectory,
+  Spectra
 };
 
 // Everything the command line sets.
@@ -117,6 +119,7 @@ struct CliOptions {
   int batch_size = 64;
   EncodeOptions encode;
   TrajectoryCliOptions trajectory;
+  SpectraCliOptions spectra;
 };
 
 // Declares kformer's options and subcommands on `app` (a default-constructed CLI::App), bound to

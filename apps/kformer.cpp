@@ -784,6 +784,9 @@ static int run_program(int argc, char* argv[], distributed::Communicator& world,
       case Command::Trajectory:
         run_trajectory_command(backend, precision, cli.trajectory);
         break;
+      case Command::Spectra:
+        run_spectra_command(backend, precision, cli.spectra);
+        break;
       case Command::Pretrain:
         dispatch(backend, precision, [&](auto space, auto p) {
           command_pretrain<typename decltype(p)::type>(space, cli.data, cli.model, cli.training,

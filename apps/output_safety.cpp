@@ -104,6 +104,15 @@ void check_outputs(Command command, const CliOptions& options) {
                  " is the file --output-dir ", options.trajectory.output_dir, " would write as ",
                  name, "; choose another --output-dir");
       break;
+    case Command::Spectra:
+      for (const std::string* input : {&options.spectra.train, &options.spectra.test})
+        if (!input->empty())
+          for (const char* name : {"results.csv", "positional_encoding.png"})
+            if (same_path(*input, options.spectra.output_dir + "/" + name))
+              fail("kformer spectra", *input, " is the file --output-dir ",
+                   options.spectra.output_dir, " would write as ", name,
+                   "; choose another --output-dir");
+      break;
     default:
       break;
   }
