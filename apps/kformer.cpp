@@ -34,6 +34,7 @@
 #include <kformer/kformer.hpp>
 
 #include "cli.hpp"
+#include "dispatch.hpp"
 #include "output_safety.hpp"
 #include "tst_commands.hpp"
 
@@ -612,29 +613,6 @@ void command_demo(const Space& exec, const RunOptions& r, std::uint64_t seed) {
       r.output_dir.c_str(), r.output_dir.c_str());
   std::printf("total %.0f s\n", seconds_since(start));
 }
-
-template <class T>
-struct Precision {
-  using type = T;
-};
-
-// Runs f(space, Precision<T>{}) on the chosen backend and scalar type.
-template <class F>
-void dispatch(const std::string& backend, const std::string& precision, F&& f) {
-  backends::dispatch(backend, [&](auto space) {
-#if KFORMER_ENABLE_DOUBLE
-    if (precision == "double") return f(space, Precision<double>{});
-#endif
-    if (precision != "float")
-      fail("kformer", "--precision ", precision,
-           " is not built in (this build has float only: KFORMER_ENABLE_DOUBLE is off)");
-    f(space, Precision<float>{});
-  });
-}
-
-}  // namespace
-
-namespace {
 
 // The --kokkos-* options Kokkos 3.4 to 5.2 read, and what their values must be ("" for a flag,
 // "n>=0", "n>=1" for whole numbers, "text" for anything): Kokkos ignores the names it does not

@@ -1,5 +1,7 @@
 #include "spectra_command.hpp"
 
+#include "dispatch.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,8 +14,6 @@
 #include <Kokkos_Core.hpp>
 #include <nlohmann/json.hpp>
 
-#include <kformer/backends/spaces.hpp>
-#include <kformer/config.hpp>
 #include <kformer/core/error.hpp>
 #include <kformer/core/file_io.hpp>
 #include <kformer/core/parameter_buffer.hpp>
@@ -448,15 +448,8 @@ void run_spectra_command(const std::string& backend, const std::string& precisio
            v, "'");
   if (options.train.empty() != options.test.empty())
     fail(kWhere, "--train and --test go together (or neither, for generated spectra)");
-  backends::dispatch(backend, [&](auto space) {
-#if KFORMER_ENABLE_DOUBLE
-    if (precision == "double") return run<double>(space, options);
-#endif
-    if (precision != "float")
-      fail("kformer", "--precision ", precision,
-           " is not built in (this build has float only: KFORMER_ENABLE_DOUBLE is off)");
-    run<float>(space, options);
-  });
+  dispatch(backend, precision,
+           [&](auto space, auto p) { run<typename decltype(p)::type>(space, options); });
 }
 
 }  // namespace kformer::app

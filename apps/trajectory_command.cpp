@@ -1,5 +1,7 @@
 #include "trajectory_command.hpp"
 
+#include "dispatch.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,8 +13,6 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <kformer/backends/spaces.hpp>
-#include <kformer/config.hpp>
 #include <kformer/core/error.hpp>
 #include <kformer/core/file_io.hpp>
 #include <kformer/data/csv_format.hpp>
@@ -341,15 +341,8 @@ void run(const Space& exec, const TrajectoryCliOptions& o) {
 void run_trajectory_command(const std::string& backend, const std::string& precision,
                             const TrajectoryCliOptions& options) {
   check_options(options);
-  backends::dispatch(backend, [&](auto space) {
-#if KFORMER_ENABLE_DOUBLE
-    if (precision == "double") return run<double>(space, options);
-#endif
-    if (precision != "float")
-      fail("kformer", "--precision ", precision,
-           " is not built in (this build has float only: KFORMER_ENABLE_DOUBLE is off)");
-    run<float>(space, options);
-  });
+  dispatch(backend, precision,
+           [&](auto space, auto p) { run<typename decltype(p)::type>(space, options); });
 }
 
 }  // namespace kformer::app
