@@ -279,16 +279,26 @@ void run(const Space& exec, const TrajectoryCliOptions& o) {
 
   // rollout.gp -> rollout.png: the first coordinate of the first validation trajectory, true and
   // predicted, and the error against time (log scale)
+  // The left plot's range is the true trajectory's (with a margin): a diverging rollout leaves
+  // it instead of flattening the others.
+  double lo = validation_host.at(0, 0, 0), hi = lo;
+  for (int s = 0; s < validation_host.steps; ++s) {
+    lo = std::min(lo, validation_host.at(0, s, 0));
+    hi = std::max(hi, validation_host.at(0, s, 0));
+  }
+  const double margin = 0.5 * (hi - lo) + 1e-3;
   std::ostringstream gp;
   gp << "# kformer trajectory: run gnuplot " << o.output_dir << "/rollout.gp\n"
      << "set terminal pngcairo size 1200,500\nset output '" << o.output_dir << "/rollout.png'\n"
      << "set termoption noenhanced\nset datafile separator ','\nset key autotitle columnhead\n"
      << "set key bottom right\nset multiplot layout 1,2\n"
      << "set title 'first validation trajectory, z1'\nset xlabel 'step'\n"
+     << "set yrange [" << lo - margin << ":" << hi + margin << "]\n"
      << "plot '" << rollout_csv << "' using 1:2 with lines lw 2";
   for (std::size_t i = 0; i < results.size(); ++i)
     gp << ", '' using 1:" << 2 + dim * (i + 1) << " with lines";
   gp << "\nset title 'rollout error (mean distance to the true state)'\nset logscale y\n"
+     << "set yrange [*:1e3]\n"
      << "set format y '%g'\nplot '" << error_csv << "' every ::1 using 1:2 with lines";
   for (std::size_t i = 1; i < results.size(); ++i)
     gp << ", '' using 1:" << 2 + i * (generated ? 2 : 1) << " with lines";
