@@ -434,25 +434,21 @@ TEMPLATE_LIST_TEST_CASE("TransformerIntegrator and the layers refuse bad argumen
   using Space = TestType;
   using M = MemorySpaceOf<Space>;
   CHECK_THROWS_WITH((VolumePreservingTransformer<double, Space>(Space(), 1, 3)),
-                    Catch::Matchers::Contains("sys_dim must be at least 2"));
+                    ContainsText("sys_dim must be at least 2"));
   CHECK_THROWS_WITH((VolumePreservingTransformer<double, Space>(Space(), 3, 0)),
-                    Catch::Matchers::Contains("seq_length must be between 1 and 256, got 0"));
+                    ContainsText("seq_length must be between 1 and 256, got 0"));
   VolumePreservingTransformer<double, Space> vpt(Space(), 3, 3);
-  CHECK_THROWS_WITH(
-      (TransformerIntegrator<double, Space, decltype(vpt)>(Space(), vpt, 3,
-                                                           {3, 0, false, 8, 1e-3, 0})),
-      Catch::Matchers::Contains("prediction_window must be between 1 and seq_length (3), got 0"));
+  CHECK_THROWS_WITH((TransformerIntegrator<double, Space, decltype(vpt)>(
+                        Space(), vpt, 3, {3, 0, false, 8, 1e-3, 0})),
+                    ContainsText("prediction_window must be between 1 and seq_length (3), got 0"));
   TransformerIntegrator<double, Space, decltype(vpt)> integrator(Space(), vpt, 3,
                                                                  {3, 1, false, 8, 1e-3, 0});
   const Tensor3<double, M> short_trajectories("short", 2, 3, 3);
-  CHECK_THROWS_WITH(
-      integrator.train_epoch(Space(), short_trajectories, 0),
-      Catch::Matchers::Contains("trajectories of 3 steps hold no window of 3 + 1 steps"));
+  CHECK_THROWS_WITH(integrator.train_epoch(Space(), short_trajectories, 0),
+                    ContainsText("trajectories of 3 steps hold no window of 3 + 1 steps"));
   const Tensor3<double, M> wrong_dim("wrong", 2, 10, 4);
-  CHECK_THROWS_WITH(
-      integrator.loss(Space(), wrong_dim),
-      Catch::Matchers::Contains("trajectories has shape (2, 10, 4), expected (*, *, 3)"));
+  CHECK_THROWS_WITH(integrator.loss(Space(), wrong_dim),
+                    ContainsText("trajectories has shape (2, 10, 4), expected (*, *, 3)"));
   Tensor3<double, M> x("x", 1, 3, 3);
-  CHECK_THROWS_WITH(vpt.forward(Space(), {}, x, x),
-                    Catch::Matchers::Contains("x and y overlap in memory"));
+  CHECK_THROWS_WITH(vpt.forward(Space(), {}, x, x), ContainsText("x and y overlap in memory"));
 }
