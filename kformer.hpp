@@ -1,4 +1,5 @@
-// kformer: positional encodings, transformer-encoder layers and the TST model as Kokkos kernels.
+// kformer: positional encodings, transformer-encoder layers and the models built of them (TST,
+// spectra, trajectories) as Kokkos kernels.
 // The one header a user includes; it pulls in the public interface of every module.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include "core/run_context.hpp"
 #include "core/tensor.hpp"
 #include "core/workspace.hpp"
+#include "data/spectra_format.hpp"
 #include "data/trajectories.hpp"
 #include "layers/activation.hpp"
 #include "layers/attention.hpp"
@@ -33,11 +35,14 @@
 #include "layers/rms_norm.hpp"
 #include "layers/volume_preserving_attention.hpp"
 #include "layers/volume_preserving_feed_forward.hpp"
+#include "losses/binary_cross_entropy.hpp"
 #include "losses/losses.hpp"
 #include "masking/noise_mask.hpp"
+#include "models/spectrum_transformer.hpp"
 #include "models/transformer_integrator.hpp"
 #include "models/tst.hpp"
 #include "models/volume_preserving_transformer.hpp"
 #include "optimizers/optimizers.hpp"
 #include "training/checkpoint.hpp"
+#include "training/spectrum_checkpoint.hpp"
 #include "training/tst_trainer.hpp"

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -278,8 +280,32 @@ Command parse_command_line(CLI::App& app, CliOptions& options, int argc, const c
   spectra->add_option("--seed", sp.seed, "seed of the data and the models")->check(seed_value());
   spectra->add_option("--list", sp.list,
                       "only read this .msp or .mgf file and print its spectra as JSON lines");
-  spectra->add_option("--output-dir", sp.output_dir, "directory of the results")
+  spectra
+      ->add_option("--pos-encoding", sp.pos_encoding,
+                   "positional encoding of the variants with one: fixed or learnable")
+      ->check(CLI::IsMember({"fixed", "learnable"}));
+  spectra->add_option("--output-dir", sp.output_dir, "directory of the results and checkpoints")
       ->default_val("kformer-out/spectra");
+  spectra->add_flag("--overwrite", sp.overwrite, "replace the checkpoints of an earlier run");
+  spectra->require_subcommand(0, 1);
+  for (const auto& [name, help] : std::vector<std::pair<const char*, const char*>>{
+           {"evaluate", "the metrics of a spectrum checkpoint on labelled spectra"},
+           {"predict", "a CSV of fingerprint-bit and class probabilities, a row per spectrum"},
+           {"embed", "a CSV of the spectra's representations (the pooled encoder output)"}}) {
+    auto* action = spectra->add_subcommand(name, help);
+    action
+        ->add_option("--checkpoint", sp.checkpoint,
+                     "a checkpoint directory of kformer spectra (<output-dir>/<variant>)")
+        ->required();
+    action->add_option("--data", sp.data, "spectra, .msp or .mgf")->required();
+    if (std::string(name) != "evaluate")
+      action->add_option("--output", sp.output, "the CSV to write")->required();
+    action->add_option("--batch-size", sp.batch_size, "spectra per batch")
+        ->check(CLI::Range(1, 1 << 20));
+    action->add_option("--max-peaks", sp.max_peaks, "refuse spectra with more peaks")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
+    action->callback([&sp, name = std::string(name)] { sp.action = name; });
+  }
 
   app.parse(argc, argv);
   for (CLI::App* command : {pretrain, finetune})

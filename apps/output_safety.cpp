@@ -105,6 +105,22 @@ void check_outputs(Command command, const CliOptions& options) {
                  name, "; choose another --output-dir");
       break;
     case Command::Spectra:
+      if (!options.spectra.action.empty()) {
+        const SpectraCliOptions& sp = options.spectra;
+        const std::string where = "kformer spectra " + sp.action;
+        if (sp.action == "evaluate") break;
+        if (sp.output.empty()) fail(where, "--output is empty");
+        if (same_path(sp.output, sp.data))
+          fail(where, "--output ", sp.output,
+               " is the --data file: writing it would destroy the input; choose another --output");
+        if (inside(sp.output, sp.checkpoint))
+          fail(where, "--output ", sp.output, " is inside the --checkpoint directory ",
+               sp.checkpoint, ": writing it could destroy the checkpoint; choose another --output");
+        std::error_code error;
+        if (fs::is_directory(sp.output, error))
+          fail(where, "--output ", sp.output, " is a directory; expected a file name");
+        break;
+      }
       for (const std::string* input : {&options.spectra.train, &options.spectra.test})
         if (!input->empty())
           for (const char* name : {"results.csv", "positional_encoding.png"})

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -25,6 +26,8 @@
 #include <kformer/losses/losses.hpp>
 #include <kformer/models/spectrum_transformer.hpp>
 #include <kformer/optimizers/optimizers.hpp>
+#include <kformer/training/checkpoint.hpp>
+#include <kformer/training/spectrum_checkpoint.hpp>
 
 namespace kformer::app {
 namespace {
@@ -41,6 +44,7 @@ struct TokenSet {
 };
 
 std::vector<data::Spectrum> read_spectra(const std::string& path, const SpectraCliOptions& o) {
+  if (path.empty()) fail(kWhere, "no spectra file given");
   const std::string extension = std::filesystem::path(path).extension().string();
   data::SpectraReadOptions read;
   read.max_peaks = o.max_peaks;
@@ -49,24 +53,38 @@ std::vector<data::Spectrum> read_spectra(const std::string& path, const SpectraC
   fail(kWhere, path, ": expected an .msp or .mgf file, got the extension '", extension, "'");
 }
 
-TokenSet tokenize(const std::vector<data::Spectrum>& spectra, const SpectraCliOptions& o) {
+data::SpectrumPreprocessing preprocessing_of(const SpectraCliOptions& o) {
   data::SpectrumPreprocessing p;
   p.normalize = true;
   p.min_relative_intensity = o.min_relative_intensity;
   p.merge_tolerance = o.merge_tolerance;
   p.top_k = o.top_k;
   p.precursor_token = o.precursor_token;
+  return p;
+}
+
+// The spectra as tokens; with labels, their fingerprints of `bits` bits and classes below
+// `classes` too (each spectrum must have both fields).
+TokenSet tokenize(const std::vector<data::Spectrum>& spectra, const data::SpectrumPreprocessing& p,
+                  int bits, int classes, bool labels) {
   TokenSet t;
   t.n = static_cast<int>(spectra.size());
-  t.bits = o.bits;
+  t.bits = bits;
   std::vector<data::SpectrumTokens> tokens;
   for (std::size_t i = 0; i < spectra.size(); ++i) {
     tokens.push_back(data::preprocess(spectra[i], p));
     t.peaks = std::max<int>(t.peaks, static_cast<int>(tokens.back().mz.size()));
-    const auto bits = data::fingerprint_of(spectra[i], o.bits, i);
-    t.fingerprints.insert(t.fingerprints.end(), bits.begin(), bits.end());
-    t.classes.push_back(data::class_of(spectra[i], o.classes, i));
+    if (labels) {
+      const auto fingerprint = data::fingerprint_of(spectra[i], bits, i);
+      t.fingerprints.insert(t.fingerprints.end(), fingerprint.begin(), fingerprint.end());
+      t.classes.push_back(data::class_of(spectra[i], classes, i));
+    } else {
+      t.fingerprints.insert(t.fingerprints.end(), std::size_t(bits), 0);
+      t.classes.push_back(0);
+    }
   }
+  // A spectrum without a token would be all padding: its attention has no key.
+  t.peaks = std::max(t.peaks, 1);
   t.mz.assign(std::size_t(t.n) * t.peaks, 0.0);
   t.intensity.assign(t.mz.size(), 0.0);
   t.padding.assign(t.mz.size(), 1);
@@ -217,6 +235,55 @@ Metrics score(const std::vector<std::uint8_t>& predicted_bits, const std::vector
   return m;
 }
 
+// Runs the model over every spectrum of `data` in order, `batch` at a time, and hands each
+// batch's outputs to consume(first, host (n, width)): the logits, or with `embed` the spectra's
+// representations.
+template <class T, class Space, class Consume>
+void run_batches(const Space& exec, SpectrumTransformer<T, Space>& model,
+                 const DeviceTokens<T, Space>& data, int batch, bool embed, Consume&& consume) {
+  using M = typename Space::memory_space;
+  const int n_total = data.mz.extent(0), peaks = data.mz.extent(1);
+  const int width = embed ? model.options().d_model : model.options().outputs;
+  batch = std::max(1, std::min(batch, n_total));
+  Tensor2<T, M> mz("mz", batch, peaks), intensity("intensity", batch, peaks),
+      bits("bits", batch, data.fingerprints.extent(1)), out("out", batch, width);
+  Kokkos::View<bool**, Kokkos::LayoutRight, M> padding("padding", batch, peaks);
+  Tensor1<std::int32_t, M> classes("classes", batch);
+  Tensor1<std::int64_t, M> order("order", n_total);
+  auto host_order = Kokkos::create_mirror_view(order);
+  for (int i = 0; i < n_total; ++i)
+    host_order(i) = i;
+  Kokkos::deep_copy(exec, order, host_order);
+  const RunContext eval{false, 0, false};
+  for (int first = 0; first < n_total; first += batch) {
+    const int n = std::min(batch, n_total - first);
+    gather_rows(exec, data, order, first, n, mz, intensity, padding, bits, classes);
+    const Tensor2<T, M> mz_n(mz.data(), n, peaks), in_n(intensity.data(), n, peaks),
+        out_n(out.data(), n, width);
+    const decltype(padding) pad_n(padding.data(), n, peaks);
+    if (embed)
+      model.embed(exec, eval, mz_n, in_n, pad_n, out_n);
+    else
+      model.forward(exec, eval, mz_n, in_n, pad_n, out_n);
+    consume(first, Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out_n));
+  }
+}
+
+// The predictions of (n, bits + classes) logits: the bits with a positive logit, the class of
+// the largest.
+template <class Host>
+void decode(const Host& logits, int bits, int classes, std::vector<std::uint8_t>& predicted_bits,
+            std::vector<int>& predicted) {
+  for (std::size_t b = 0; b < logits.extent(0); ++b) {
+    for (int j = 0; j < bits; ++j)
+      predicted_bits.push_back(logits(b, j) > 0 ? 1 : 0);
+    int best = 0;
+    for (int c = 1; c < classes; ++c)
+      if (logits(b, bits + c) > logits(b, bits + best)) best = c;
+    predicted.push_back(best);
+  }
+}
+
 struct VariantResult {
   std::string name;
   Metrics metrics;
@@ -237,7 +304,12 @@ VariantResult train_variant(const Space& exec, const SpectraCliOptions& o, const
   mo.layers = o.layers;
   mo.dim_feedforward = o.dim_feedforward;
   mo.outputs = o.bits + o.classes;
-  mo.positional_encoding = name == "full" || name == "no-intensity-encoding";
+  mo.positional_encoding = name == "full" || name == "no-intensity-encoding"
+                               ? parse_pos_encoding(o.pos_encoding)
+                               : PositionalEncodingKind::None;
+  // A learnable table covers every spectrum the preprocessing can give (top_k peaks and the
+  // precursor), or the longest of these data when every peak is kept.
+  mo.max_tokens = o.top_k > 0 ? o.top_k + (o.precursor_token ? 1 : 0) : train_tokens.peaks;
   mo.intensity_encoding = name == "full" || name == "no-positional-encoding";
   mo.seed = derive_seed(o.seed, "model");  // the same initial weights for every variant
   SpectrumTransformer<T, Space> model(exec, mo);
@@ -254,7 +326,7 @@ VariantResult train_variant(const Space& exec, const SpectraCliOptions& o, const
       d_class("dcls", batch, o.classes);
   Kokkos::View<bool**, Kokkos::LayoutRight, M> padding("padding", batch, peaks);
   Tensor1<std::int32_t, M> classes("classes", batch);
-  Tensor1<std::int64_t, M> order("order", std::max(train_tokens.n, test_tokens.n));
+  Tensor1<std::int64_t, M> order("order", train_tokens.n);
   auto host_order = Kokkos::create_mirror_view(order);
   std::mt19937_64 rng(derive_seed(o.seed, "batches"));
   std::vector<std::int64_t> shuffled(train_tokens.n);
@@ -299,29 +371,18 @@ VariantResult train_variant(const Space& exec, const SpectraCliOptions& o, const
     std::printf("  %-24s epoch %3d  loss %.4f\n", name.c_str(), epoch + 1, r.train_loss);
     std::fflush(stdout);
   }
-  // Test: the bits with a positive logit, the class of the largest.
+  SpectrumCheckpointInfo info;
+  info.preprocessing = preprocessing_of(o);
+  info.bits = o.bits;
+  info.classes = o.classes;
+  info.epochs = o.epochs;
+  info.variant = name;
+  save_spectrum_checkpoint(exec, o.output_dir + "/" + name, model, info);
   std::vector<std::uint8_t> predicted_bits;
   std::vector<int> predicted;
-  for (int i = 0; i < test_tokens.n; ++i)
-    host_order(i) = i;
-  Kokkos::deep_copy(exec, order, host_order);
-  const RunContext eval{false, 0, false};
-  for (int first = 0; first < test_tokens.n; first += batch) {
-    const int n = std::min(batch, test_tokens.n - first);
-    gather_rows(exec, test, order, first, n, mz, intensity, padding, bits, classes);
-    const auto lg = slice(logits, n);
-    model.forward(exec, eval, slice(mz, n), slice(intensity, n),
-                  decltype(padding)(padding.data(), n, peaks), lg);
-    const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lg);
-    for (int b = 0; b < n; ++b) {
-      for (int j = 0; j < o.bits; ++j)
-        predicted_bits.push_back(host(b, j) > T(0) ? 1 : 0);
-      int best = 0;
-      for (int c = 1; c < o.classes; ++c)
-        if (host(b, o.bits + c) > host(b, o.bits + best)) best = c;
-      predicted.push_back(best);
-    }
-  }
+  run_batches(exec, model, test, batch, false, [&](int, const auto& host) {
+    decode(host, o.bits, o.classes, predicted_bits, predicted);
+  });
   r.metrics = score(predicted_bits, predicted, test_tokens);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -329,8 +390,28 @@ VariantResult train_variant(const Space& exec, const SpectraCliOptions& o, const
 
 template <class T, class Space>
 void run(const Space& exec, const SpectraCliOptions& o) {
-  std::vector<data::Spectrum> train_spectra, test_spectra;
+  // Checkpoints of an earlier run are replaced only when asked; a second run into the same
+  // directory at once is refused by the lock.
+  for (const auto& name : o.variants)
+    if (!o.overwrite &&
+        std::filesystem::exists(spectrum_checkpoint_path(o.output_dir + "/" + name)))
+      fail(kWhere, "--output-dir ", o.output_dir, " already holds the checkpoint ",
+           spectrum_checkpoint_path(o.output_dir + "/" + name),
+           ": give --overwrite to replace it, or choose another --output-dir");
+  // The user's files are read and checked before anything is created; generated spectra are
+  // written first and read back, so that they go through the readers a user's files do.
   std::string train_path = o.train, test_path = o.test;
+  TokenSet train_tokens, test_tokens;
+  const auto read_both = [&] {
+    const auto train_spectra = read_spectra(train_path, o);
+    const auto test_spectra = read_spectra(test_path, o);
+    if (train_spectra.empty() || test_spectra.empty())
+      fail(kWhere, "no spectra in ", train_spectra.empty() ? train_path : test_path);
+    train_tokens = tokenize(train_spectra, preprocessing_of(o), o.bits, o.classes, true);
+    test_tokens = tokenize(test_spectra, preprocessing_of(o), o.bits, o.classes, true);
+  };
+  if (!o.train.empty()) read_both();
+  const OutputDirectoryLock lock(o.output_dir);
   if (o.train.empty()) {
     data::GeneratedSpectraOptions g;
     g.spectra = o.spectra;
@@ -338,7 +419,6 @@ void run(const Space& exec, const SpectraCliOptions& o) {
     g.seed = o.seed;
     auto all = data::generate_spectra(g);
     const std::size_t n_train = all.size() * 4 / 5;
-    std::filesystem::create_directories(o.output_dir);
     train_path = o.output_dir + "/train.msp";
     test_path = o.output_dir + "/test.mgf";
     write_file_atomic(train_path,
@@ -347,19 +427,12 @@ void run(const Space& exec, const SpectraCliOptions& o) {
                       data::format_mgf({all.begin() + std::ptrdiff_t(n_train), all.end()}));
     std::printf("generated %zu synthetic spectra (%d-bit fingerprints, 4 classes): %s, %s\n",
                 all.size(), o.bits, train_path.c_str(), test_path.c_str());
+    read_both();
   }
-  // Read back (generated or the user's): the readers are what a user's files go through.
-  train_spectra = read_spectra(train_path, o);
-  test_spectra = read_spectra(test_path, o);
-  if (train_spectra.empty() || test_spectra.empty())
-    fail(kWhere, "no spectra in ", train_spectra.empty() ? train_path : test_path);
-  TokenSet train_tokens = tokenize(train_spectra, o);
-  TokenSet test_tokens = tokenize(test_spectra, o);
   // Both sets padded to the same number of tokens.
   const int peaks = std::max(train_tokens.peaks, test_tokens.peaks);
   repad(train_tokens, peaks);
   repad(test_tokens, peaks);
-  std::filesystem::create_directories(o.output_dir);
   std::printf(
       "training %d spectra, test %d, up to %d peaks each; d_model %d, %d layers, %d "
       "epochs\n",
@@ -392,17 +465,19 @@ void run(const Space& exec, const SpectraCliOptions& o) {
   std::ostringstream csv;
   csv << "variant,positional_encoding,intensity_encoding,tanimoto,f1,class_accuracy,train_loss,"
          "seconds\n";
-  std::printf("\n%-24s %6s %10s %9s %7s %15s %8s\n", "variant", "PE", "intensity", "Tanimoto", "F1",
+  std::printf("\n%-24s %9s %10s %9s %7s %15s %8s\n", "variant", "PE", "intensity", "Tanimoto", "F1",
               "class accuracy", "seconds");
   for (const auto& r : results) {
     const bool pe = r.name == "full" || r.name == "no-intensity-encoding";
     const bool in = r.name == "full" || r.name == "no-positional-encoding";
-    std::printf("%-24s %6s %10s %9.3f %7.3f %15.3f %8.1f\n", r.name.c_str(), pe ? "on" : "off",
-                in ? "on" : "off", r.metrics.tanimoto, r.metrics.f1, r.metrics.accuracy, r.seconds);
-    csv << r.name << ',' << pe << ',' << in << ',' << r.metrics.tanimoto << ',' << r.metrics.f1
-        << ',' << r.metrics.accuracy << ',' << r.train_loss << ',' << r.seconds << '\n';
+    std::printf("%-24s %9s %10s %9.3f %7.3f %15.3f %8.1f\n", r.name.c_str(),
+                pe ? o.pos_encoding.c_str() : "off", in ? "on" : "off", r.metrics.tanimoto,
+                r.metrics.f1, r.metrics.accuracy, r.seconds);
+    csv << r.name << ',' << (pe ? o.pos_encoding : "none") << ',' << in << ',' << r.metrics.tanimoto
+        << ',' << r.metrics.f1 << ',' << r.metrics.accuracy << ',' << r.train_loss << ','
+        << r.seconds << '\n';
   }
-  std::printf("%-24s %6s %10s %9.3f %7.3f %15.3f\n", "baseline (majority)", "", "",
+  std::printf("%-24s %9s %10s %9.3f %7.3f %15.3f\n", "baseline (majority)", "", "",
               baseline.tanimoto, baseline.f1, baseline.accuracy);
   csv << "baseline,,," << baseline.tanimoto << ',' << baseline.f1 << ',' << baseline.accuracy
       << ",,\n";
@@ -415,8 +490,103 @@ void run(const Space& exec, const SpectraCliOptions& o) {
                     o.d_model, -1.0, 1.0, 8, 8);
   std::printf(
       "\nwritten: %s/results.csv, %s/positional_encoding.png (the encoding matrix, %d "
-      "peaks x d_model %d)\n",
-      o.output_dir.c_str(), o.output_dir.c_str(), train_tokens.peaks, o.d_model);
+      "peaks x d_model %d), and a checkpoint per variant (%s/<variant>)\n",
+      o.output_dir.c_str(), o.output_dir.c_str(), train_tokens.peaks, o.d_model,
+      o.output_dir.c_str());
+}
+
+// A CSV field: quoted, with quotes doubled, when it holds a comma, a quote or a line break.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (const char c : text)
+    quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+// evaluate, predict or embed with the checkpoint o.checkpoint on the spectra of o.data.
+template <class T, class Space>
+void run_action(const Space& exec, const SpectraCliOptions& o) {
+  const std::string where = std::string(kWhere) + " " + o.action;
+  const SpectrumCheckpointInfo info = read_spectrum_checkpoint_info(o.checkpoint);
+  SpectrumTransformer<T, Space> model(exec, info.model);
+  load_spectrum_checkpoint(exec, o.checkpoint, model);
+  const auto spectra = read_spectra(o.data, o);
+  if (spectra.empty()) fail(where, "no spectra in ", o.data);
+  const bool evaluate = o.action == "evaluate";
+  const TokenSet tokens =
+      tokenize(spectra, info.preprocessing, info.bits, info.classes, /*labels=*/evaluate);
+  if (info.model.positional_encoding == PositionalEncodingKind::Learnable)
+    for (std::size_t i = 0; i < spectra.size(); ++i) {
+      const auto n = data::preprocess(spectra[i], info.preprocessing).mz.size();
+      if (n > std::size_t(info.model.max_tokens))
+        fail(where, o.data, ": spectrum ", i + 1, " '", spectra[i].title, "' has ", n,
+             " tokens after the checkpoint's preprocessing; its learnable positional encoding ",
+             "has ", info.model.max_tokens);
+    }
+  const DeviceTokens<T, Space> device(exec, tokens);
+  if (evaluate) {
+    std::vector<std::uint8_t> predicted_bits;
+    std::vector<int> predicted;
+    run_batches(exec, model, device, o.batch_size, false, [&](int, const auto& host) {
+      decode(host, info.bits, info.classes, predicted_bits, predicted);
+    });
+    const Metrics m = score(predicted_bits, predicted, tokens);
+    const std::string variant = info.variant.empty() ? "" : " (" + info.variant + ")";
+    std::printf("%d spectra of %s, checkpoint %s%s: Tanimoto %.3f  F1 %.3f  class accuracy %.3f\n",
+                tokens.n, o.data.c_str(), o.checkpoint.c_str(), variant.c_str(), m.tanimoto, m.f1,
+                m.accuracy);
+    return;
+  }
+  const bool embed = o.action == "embed";
+  std::ostringstream csv;
+  csv.precision(9);
+  csv << "index,title";
+  if (embed) {
+    for (int k = 0; k < info.model.d_model; ++k)
+      csv << ",e" << k;
+  } else {
+    csv << ",class,fingerprint";
+    for (int c = 0; c < info.classes; ++c)
+      csv << ",p_class" << c;
+    for (int j = 0; j < info.bits; ++j)
+      csv << ",p_bit" << j;
+  }
+  csv << '\n';
+  run_batches(exec, model, device, o.batch_size, embed, [&](int first, const auto& host) {
+    for (std::size_t b = 0; b < host.extent(0); ++b) {
+      const std::size_t i = first + b;
+      csv << i << ',' << csv_field(spectra[i].title);
+      if (embed) {
+        for (std::size_t k = 0; k < host.extent(1); ++k)
+          csv << ',' << double(host(b, k));
+      } else {
+        // class probabilities by a softmax of the class logits, bits by their sigmoids
+        double largest = -std::numeric_limits<double>::infinity(), sum = 0;
+        int best = 0;
+        for (int c = 0; c < info.classes; ++c) {
+          const double z = host(b, info.bits + c);
+          if (z > largest) {
+            largest = z;
+            best = c;
+          }
+        }
+        for (int c = 0; c < info.classes; ++c)
+          sum += std::exp(double(host(b, info.bits + c)) - largest);
+        csv << ',' << best << ',';
+        for (int j = 0; j < info.bits; ++j)
+          csv << (host(b, j) > 0 ? '1' : '0');
+        for (int c = 0; c < info.classes; ++c)
+          csv << ',' << std::exp(double(host(b, info.bits + c)) - largest) / sum;
+        for (int j = 0; j < info.bits; ++j)
+          csv << ',' << 1 / (1 + std::exp(-double(host(b, j))));
+      }
+      csv << '\n';
+    }
+  });
+  write_file_atomic(o.output, csv.str());
+  std::printf("%s of %d spectra of %s: %s\n", embed ? "representations" : "predictions", tokens.n,
+              o.data.c_str(), o.output.c_str());
 }
 
 }  // namespace
@@ -437,6 +607,11 @@ void run_spectra_command(const std::string& backend, const std::string& precisio
       j["intensity"] = s.intensity;
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
+    return;
+  }
+  if (!options.action.empty()) {
+    dispatch(backend, precision,
+             [&](auto space, auto p) { run_action<typename decltype(p)::type>(space, options); });
     return;
   }
   for (const auto& v : options.variants)

@@ -2,8 +2,9 @@
 // synthetic set and writes it as train.msp and test.mgf first), preprocesses their peaks into
 // tokens, trains the spectrum transformer with and without positional encoding and with and
 // without the intensity's value encoding, each with two heads (fingerprint bits with binary
-// cross-entropy, and a class with cross-entropy), and prints a table of the test metrics against
-// trivial baselines.
+// cross-entropy, and a class with cross-entropy), prints a table of the test metrics against
+// trivial baselines and keeps each variant's model as a checkpoint (<output-dir>/<variant>/).
+// Its actions evaluate, predict and embed run such a checkpoint on a user's spectra.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +29,17 @@ struct SpectraCliOptions {
   std::int64_t max_peaks = 100000;  // a spectrum with more is refused
   std::vector<std::string> variants = {"full", "no-positional-encoding", "no-intensity-encoding",
                                        "neither"};
+  std::string pos_encoding = "fixed";  // of the variants with one: fixed or learnable
   std::uint64_t seed = 1;
   std::string output_dir = "kformer-out/spectra";
-  std::string list;  // a file to read and print as JSON lines (nothing else runs)
+  bool overwrite = false;  // replace the checkpoints of an earlier run in output_dir
+  std::string list;        // a file to read and print as JSON lines (nothing else runs)
+
+  // An action on a checkpoint instead of training: "evaluate" (the test metrics of --data, whose
+  // spectra have Fingerprint and Class fields), "predict" (a CSV of each spectrum's fingerprint
+  // and class probabilities) or "embed" (a CSV of each spectrum's representation).
+  std::string action;
+  std::string checkpoint, data, output;
 };
 
 // With options.list set: reads that file and prints one JSON object per spectrum (title,

@@ -9,8 +9,12 @@
 //   h0 = enc_mz(mz) [+ enc_int(intensity_scale * intensity)]       (batch, peaks, d_model)
 //   h1 = h0 W_in^T + b_in  [+ PE]                                   input projection, encoding
 //   h2 = encoder(h1, key_padding_mask = padding)
-//   p  = mean over the unpadded peaks of h2                          (batch, d_model)
+//   p  = mean over the unpadded peaks of h2                          (batch, d_model): embed()
 //   logits = p W_out^T + b_out                                       (batch, outputs)
+//
+// PE is the fixed sinusoid of the peak's rank, or a learnable (max_tokens, d_model) table (TST's
+// and IDSL_MINT's option), or none. Parameters by state_dict name: input.*, encoder.*, output.*,
+// and pos_enc.pe for the learnable table; checkpoints in training/spectrum_checkpoint.hpp.
 //
 // The m/z sinusoid has geometric wavelengths from mz_min_wavelength to mz_max_wavelength
 // (depthcharge's mass encoder: 0.001 to 10000 Da resolves both the integer mass and its decimals);
@@ -30,9 +34,11 @@
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
 #include "../layers/encoder.hpp"
+#include "../layers/encodings/learnable_positional_encoding.hpp"
 #include "../layers/encodings/positional_encoding.hpp"
 #include "../layers/encodings/value_encoding.hpp"
 #include "../layers/linear.hpp"
+#include "tst_config.hpp"
 
 namespace kformer {
 
@@ -41,10 +47,12 @@ struct SpectrumTransformerOptions {
   int heads = 4;
   int layers = 2;
   int dim_feedforward = 128;
-  int outputs = 32;                 // fingerprint bits, or classes
-  bool positional_encoding = true;  // the fixed encoding of the peak's rank (by m/z)
-  bool intensity_encoding = true;   // the intensity's sinusoid added to the m/z's
-  double intensity_scale = 100.0;   // intensity 1 (the base peak) as position 100
+  int outputs = 32;  // fingerprint bits, or classes
+  // Of the peak's rank (by m/z): the fixed sinusoid, a learnable table of max_tokens rows, none.
+  PositionalEncodingKind positional_encoding = PositionalEncodingKind::Fixed;
+  int max_tokens = 256;  // the learnable table's rows: the most tokens a spectrum may have
+  bool intensity_encoding = true;  // the intensity's sinusoid added to the m/z's
+  double intensity_scale = 100.0;  // intensity 1 (the base peak) as position 100
   double mz_min_wavelength = 0.001;
   double mz_max_wavelength = 10000.0;
   std::uint64_t seed = 0;
@@ -125,6 +133,7 @@ class SpectrumTransformer {
                                      o.mz_max_wavelength}),
         intensity_encoding_(exec, o.d_model),
         positional_encoding_(o.d_model),
+        learnable_encoding_(learnable_encoding(exec, o)),
         input_(exec, o.d_model, o.d_model, {true, derive_seed(o.seed, "input")},
                "kformer::SpectrumTransformer.input"),
         encoder_(exec, o.layers,
@@ -139,11 +148,19 @@ class SpectrumTransformer {
   template <class F>
   void visit_parameters(F&& f) {
     input_.visit_parameters([&](const std::string& n, auto& p) { f("input." + n, p); });
+    if (learnable_encoding_)
+      learnable_encoding_->visit_parameters(
+          [&](const std::string& n, auto& p) { f("pos_enc." + n, p); });
     encoder_.visit_parameters([&](const std::string& n, auto& p) { f("encoder." + n, p); });
     output_.visit_parameters([&](const std::string& n, auto& p) { f("output." + n, p); });
   }
+  template <class F>
+  void visit_buffers(F&& f) {
+    encoder_.visit_buffers([&](const std::string& n, auto& b) { f("encoder." + n, b); });
+  }
   void zero_grad(const ExecutionSpace& exec) {
     input_.zero_grad(exec);
+    if (learnable_encoding_) learnable_encoding_->zero_grad(exec);
     encoder_.zero_grad(exec);
     output_.zero_grad(exec);
   }
@@ -151,11 +168,25 @@ class SpectrumTransformer {
   // logits (batch, outputs) of the spectra in mz, intensity, padding (batch, peaks).
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& mz,
                const ConstMatrix& intensity, const Mask& padding, const Matrix& logits) {
-    const std::string where = "kformer::SpectrumTransformer::forward";
+    check_shape("kformer::SpectrumTransformer::forward", "logits", logits,
+                {std::int64_t(mz.extent(0)), options_.outputs});
+    auto pooled = pooled_.view(mz.extent(0), options_.d_model);
+    embed(exec, ctx, mz, intensity, padding, pooled);
+    output_.forward(exec, ctx, pooled, logits);
+  }
+
+  // The spectra's representations p (batch, d_model): the mean of the encoder's outputs over each
+  // spectrum's peaks, what the heads read. A training forward must go through forward().
+  void embed(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& mz,
+             const ConstMatrix& intensity, const Mask& padding, const Matrix& pooled) {
+    const std::string where = "kformer::SpectrumTransformer::embed";
     check_shape(where, "intensity", intensity, extents_of(mz));
     check_shape(where, "padding", padding, extents_of(mz));
-    check_shape(where, "logits", logits, {std::int64_t(mz.extent(0)), options_.outputs});
+    check_shape(where, "pooled", pooled, {std::int64_t(mz.extent(0)), options_.d_model});
     const int batch = mz.extent(0), peaks = mz.extent(1), d = options_.d_model;
+    if (learnable_encoding_ && peaks > options_.max_tokens)
+      fail(where, "the spectra have ", peaks, " token slots, the learnable positional encoding ",
+           options_.max_tokens, " (max_tokens)");
     auto h = hidden_.view(3, batch, peaks, d);
     const Tensor3 h0 = slot(h, 0), h1 = slot(h, 1), h2 = slot(h, 2);
     mz_encoding_.encode(exec, mz, h0);
@@ -166,11 +197,12 @@ class SpectrumTransformer {
       Kokkos::deep_copy(exec, h0, h1);
     }
     input_.forward(exec, ctx, flat(h0), flat(h1));
-    if (options_.positional_encoding) positional_encoding_.forward(exec, ctx, h1, h1);
+    if (options_.positional_encoding == PositionalEncodingKind::Fixed)
+      positional_encoding_.forward(exec, ctx, h1, h1);
+    else if (learnable_encoding_)
+      learnable_encoding_->forward(exec, ctx, h1, h1);
     encoder_.forward(exec, ctx, h1, h2, padding);
-    auto pooled = pooled_.view(batch, d);
     impl::masked_mean(exec, h2, padding, pooled);
-    output_.forward(exec, ctx, pooled, logits);
   }
 
   // Parameter gradients (accumulated) from d_logits (batch, outputs), after a forward of the same
@@ -190,7 +222,9 @@ class SpectrumTransformer {
     const Tensor3 g2 = slot(g, 0), g1 = slot(g, 1);
     impl::masked_mean_backward(exec, d_pooled, padding, g2);
     encoder_.backward(exec, ctx, h1, g2, g1);
-    // The positional encoding's Jacobian is the identity: g1 is the projection's output gradient.
+    // An encoding's Jacobian is the identity: g1 is the projection's output gradient too; the
+    // learnable table adds its own gradient.
+    if (learnable_encoding_) learnable_encoding_->backward(exec, ctx, h1, g1, g1);
     input_.backward(exec, ctx, flat(h0), flat(g1), Matrix());
   }
 
@@ -203,7 +237,17 @@ class SpectrumTransformer {
     if (o.outputs < 1) fail(where, "outputs must be at least 1, got ", o.outputs);
     if (!(o.intensity_scale > 0))
       fail(where, "intensity_scale must be positive, got ", o.intensity_scale);
+    if (o.positional_encoding == PositionalEncodingKind::Learnable && o.max_tokens < 1)
+      fail(where, "max_tokens must be at least 1 for a learnable positional encoding, got ",
+           o.max_tokens);
     return o;
+  }
+  static std::optional<LearnablePositionalEncoding<T, ExecutionSpace>> learnable_encoding(
+      const ExecutionSpace& exec, const SpectrumTransformerOptions& o) {
+    if (o.positional_encoding != PositionalEncodingKind::Learnable) return std::nullopt;
+    LearnablePositionalEncodingOptions lo;
+    lo.seed = derive_seed(o.seed, "positional_encoding");
+    return LearnablePositionalEncoding<T, ExecutionSpace>(exec, o.max_tokens, o.d_model, lo);
   }
   template <class View4>
   static Tensor3 slot(const View4& v, int i) {
@@ -216,6 +260,7 @@ class SpectrumTransformer {
   SpectrumTransformerOptions options_;
   ValueEncoding<T, ExecutionSpace> mz_encoding_, intensity_encoding_;
   PositionalEncoding<T, ExecutionSpace> positional_encoding_;
+  std::optional<LearnablePositionalEncoding<T, ExecutionSpace>> learnable_encoding_;
   Linear<T, ExecutionSpace> input_;
   TransformerEncoder<T, ExecutionSpace> encoder_;
   Linear<T, ExecutionSpace> output_;

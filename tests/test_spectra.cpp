@@ -3,10 +3,14 @@
 // refused with its file:line:column and the spectrum's index and title, the writers read back
 // unchanged, each preprocessing step against values worked out by hand, the synthetic spectra,
 // binary cross-entropy against its closed form, and the spectrum transformer on every backend:
-// gradients against finite differences and padding that changes nothing.
+// gradients against finite differences (fixed, learnable and no positional encoding), padding that
+// changes nothing, its representations against the logits they give, and its checkpoints.
 #include "support/catch.hpp"
 
+#include <stdlib.h>
+
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -18,6 +22,7 @@
 #include <kformer/data/spectra_generator.hpp>
 #include <kformer/losses/binary_cross_entropy.hpp>
 #include <kformer/models/spectrum_transformer.hpp>
+#include <kformer/training/spectrum_checkpoint.hpp>
 
 #include "support/gradcheck.hpp"
 #include "support/test_support.hpp"
@@ -321,10 +326,12 @@ TEMPLATE_LIST_TEST_CASE("SpectrumTransformer: gradients, and padding changes not
     Kokkos::deep_copy(m, h);
     return m;
   };
-  for (const bool pe : {true, false}) {
+  for (const auto pe : {PositionalEncodingKind::Fixed, PositionalEncodingKind::Learnable,
+                        PositionalEncodingKind::None}) {
     for (const bool in : {true, false}) {
-      CAPTURE(pe, in);
+      CAPTURE(to_string(pe), in);
       o.positional_encoding = pe;
+      o.max_tokens = 4;
       o.intensity_encoding = in;
       SpectrumTransformer<double, Space> model(Space(), o);
       const auto mzd = device_from<double, Space>(mz, 2, 4);
@@ -378,4 +385,127 @@ TEST_CASE("The hand-written example files read as MSP and MGF alike", "[spectra]
   CHECK(msp[0].mz.size() == 5);
   CHECK(msp[0].metadata.size() == 4);  // synon, precursor_type, formula, comments
   CHECK_THROWS_WITH(read_msp(dir + "missing.msp"), ContainsText("missing.msp"));
+}
+
+namespace {
+
+std::string temporary_directory() {
+  char name[] = "/tmp/kformer-spectra-XXXXXX";
+  return mkdtemp(name);
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE(
+    "SpectrumTransformer: checkpoints load bit for bit, and embed gives what the head reads",
+    "[spectra][checkpoint]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  using Mask = Kokkos::View<bool**, Kokkos::LayoutRight, M>;
+  SpectrumTransformerOptions o;
+  o.d_model = 8;
+  o.heads = 2;
+  o.layers = 2;
+  o.dim_feedforward = 12;
+  o.outputs = 6;
+  o.positional_encoding = PositionalEncodingKind::Learnable;
+  o.max_tokens = 5;
+  o.seed = 3;
+  SpectrumTransformer<double, Space> trained(Space(), o);
+  // Weights unlike any seed's: every parameter shifted by a value of its own.
+  std::size_t index = 0;
+  trained.visit_parameters([&](const std::string&, auto& p) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.value);
+    for (std::size_t i = 0; i < h.size(); ++i)
+      h.data()[i] += 0.01 * std::sin(double(++index));
+    Kokkos::deep_copy(p.value, h);
+  });
+  const std::vector<double> mz = {101.5, 150.25, 230.0, 410.7, 88.1, 120.0, 300.3, 0.0};
+  const std::vector<double> intensity = {0.3, 1.0, 0.05, 0.6, 1.0, 0.2, 0.7, 0.0};
+  const auto mzd = device_from<double, Space>(mz, 2, 4);
+  const auto ind = device_from<double, Space>(intensity, 2, 4);
+  Mask pad("padding", 2, 4);
+  Kokkos::deep_copy(Kokkos::subview(pad, 1, 3), true);
+  const auto logits_of = [&](SpectrumTransformer<double, Space>& model) {
+    Tensor2<double, M> logits("logits", 2, 6);
+    model.forward(Space(), {}, mzd, ind, pad, logits);
+    return host_values(logits);
+  };
+  const std::vector<double> expected = logits_of(trained);
+
+  const std::string dir = temporary_directory();
+  SpectrumCheckpointInfo info;
+  info.preprocessing.top_k = 5;
+  info.bits = 4;
+  info.classes = 2;
+  info.epochs = 7;
+  info.variant = "full";
+  save_spectrum_checkpoint(Space(), dir + "/model", trained, info);
+  const SpectrumCheckpointInfo read = read_spectrum_checkpoint_info(dir + "/model");
+  CHECK(to_json(read) == to_json([&] {
+          SpectrumCheckpointInfo saved = info;
+          saved.model = o;
+          return saved;
+        }()));
+  SpectrumTransformerOptions other_seed = read.model;
+  other_seed.seed = 99;
+  SpectrumTransformer<double, Space> loaded(Space(), other_seed);
+  CHECK_FALSE(bitwise_equal(logits_of(loaded), expected));
+  load_spectrum_checkpoint(Space(), dir + "/model", loaded);
+  CHECK(bitwise_equal(logits_of(loaded), expected));
+
+  // embed: the representations from which the head's logits = p W^T + b, computed here on the
+  // host from the loaded weights.
+  Tensor2<double, M> pooled("pooled", 2, 8);
+  loaded.embed(Space(), {}, mzd, ind, pad, pooled);
+  const auto p = host_values(pooled);
+  std::vector<double> weight, bias;
+  loaded.visit_parameters([&](const std::string& name, auto& param) {
+    if (name == "output.weight") weight = host_values(param.value);
+    if (name == "output.bias") bias = host_values(param.value);
+  });
+  REQUIRE(weight.size() == 6 * 8);
+  std::vector<double> head(12);
+  for (int b = 0; b < 2; ++b)
+    for (int j = 0; j < 6; ++j) {
+      head[b * 6 + j] = bias[j];
+      for (int k = 0; k < 8; ++k)
+        head[b * 6 + j] += p[b * 8 + k] * weight[j * 8 + k];
+    }
+  CHECK(max_abs_diff(head, expected) < 1e-12);
+
+  // Refused, and the model left as it was: another architecture, another kind of checkpoint,
+  // metadata that is not a spectrum model's.
+  SpectrumTransformerOptions wider = o;
+  wider.d_model = 12;
+  SpectrumTransformer<double, Space> wide(Space(), wider);
+  CHECK_THROWS_WITH(load_spectrum_checkpoint(Space(), dir + "/model", wide),
+                    ContainsText("the model's options differ from the checkpoint's"));
+  SpectrumTransformerOptions fixed = o;
+  fixed.positional_encoding = PositionalEncodingKind::Fixed;
+  SpectrumTransformer<double, Space> fixed_model(Space(), fixed);
+  CHECK_THROWS_WITH(load_spectrum_checkpoint(Space(), dir + "/model", fixed_model),
+                    ContainsText("\"positional_encoding\":\"fixed\""));
+  auto file = safetensors::File::read(dir + "/model/model.safetensors");
+  safetensors::Writer foreign;
+  for (const auto& t : file.tensors())
+    foreign.add(t.name, t.shape, file.to_double(t.name));
+  foreign.set_metadata("format", "kformer-tst/1");
+  std::filesystem::create_directories(dir + "/foreign");
+  foreign.write(dir + "/foreign/model.safetensors");
+  CHECK_THROWS_WITH(load_spectrum_checkpoint(Space(), dir + "/foreign", loaded),
+                    ContainsText("format 'kformer-tst/1' is not a spectrum model's"));
+  CHECK(bitwise_equal(logits_of(loaded), expected));
+  const std::string source = "the test";
+  CHECK_THROWS_WITH(
+      spectrum_checkpoint_info_from_json("{\"model\": {}, \"preprocessing\": {}, \"bits\": 1, "
+                                         "\"classes\": 1, \"epochs\": 0, \"colour\": 1}",
+                                         source),
+      ContainsText("unknown key 'colour'"));
+  std::string text = to_json(read);
+  const std::string four_bits = "\"bits\": 4";
+  text.replace(text.find(four_bits), four_bits.size(), "\"bits\": 5");
+  CHECK_THROWS_WITH(spectrum_checkpoint_info_from_json(text, source),
+                    ContainsText("5 bits and 2 classes for 6 outputs"));
+  std::filesystem::remove_all(dir);
 }

@@ -14,6 +14,7 @@
 #include <kformer/core/finite.hpp>
 #include <kformer/data/lorenz96.hpp>
 #include <kformer/data/preprocess.hpp>
+#include <kformer/layers/linear.hpp>
 #include <kformer/training/checkpoint.hpp>
 #include <kformer/training/tst_trainer.hpp>
 
@@ -386,4 +387,53 @@ TEST_CASE(
   }
   { const OutputDirectoryLock again(dir); }  // released with the first
   CHECK(rmdir(dir.c_str()) == 0);            // empty: the lock added no file to the directory
+}
+
+namespace {
+
+// A network of one's own, as an embedding code writes it: only a parameter walk, no BatchNorm
+// buffers, counters or computed tables.
+struct TwoLinear {
+  Linear<double, Space> first, second;
+  TwoLinear(const Space& exec, std::uint64_t seed)
+      : first(exec, 3, 5, {true, seed}, "first"), second(exec, 5, 2, {false, seed + 1}, "second") {}
+  template <class F>
+  void visit_parameters(F&& f) {
+    first.visit_parameters([&](const std::string& n, auto& p) { f("first." + n, p); });
+    second.visit_parameters([&](const std::string& n, auto& p) { f("second." + n, p); });
+  }
+};
+
+std::vector<double> all_parameters(TwoLinear& net) {
+  std::vector<double> values;
+  net.visit_parameters([&](const std::string&, auto& p) {
+    const auto v = host_values(p.value);
+    values.insert(values.end(), v.begin(), v.end());
+  });
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("A module of one's own saves and loads through its parameter walk alone",
+          "[training][checkpoint]") {
+  TwoLinear saved(Space(), 5), loaded(Space(), 11);
+  REQUIRE_FALSE(bitwise_equal(all_parameters(saved), all_parameters(loaded)));
+  safetensors::Writer writer;
+  add_state_dict(Space(), writer, saved);
+  const auto file = safetensors::File::parse(writer.serialize(), "two_linear");
+  CHECK(file.tensors().size() == 3);  // first.weight, first.bias, second.weight
+  const LoadReport report = load_state_dict(Space(), loaded, file);
+  CHECK(report.loaded.size() == 3);
+  CHECK(bitwise_equal(all_parameters(saved), all_parameters(loaded)));
+  // A file without second.weight: refused strictly, nothing written.
+  safetensors::Writer partial;
+  partial.add("first.weight", {5, 3}, std::vector<double>(15, 0.5));
+  partial.add("first.bias", {5}, std::vector<double>(5, 0.5));
+  TwoLinear untouched(Space(), 11);
+  const auto before = all_parameters(untouched);
+  CHECK_THROWS_WITH(
+      load_state_dict(Space(), untouched, safetensors::File::parse(partial.serialize(), "partial")),
+      ContainsText("missing keys (1):\n    second.weight"));
+  CHECK(bitwise_equal(all_parameters(untouched), before));
 }

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <Kokkos_Core.hpp>
@@ -32,6 +33,61 @@ struct LoadReport {
 };
 
 namespace detail {
+
+// A model walks its parameters (visit_parameters, required); BatchNorm running statistics
+// (visit_buffers), BatchNorm counters (visit_batch_norms), tables it computes but stores for
+// PyTorch (visit_computed_state) and a fixed encoding (has_fixed_positional_encoding) are optional:
+// a model without them has none of that state.
+struct AnyVisitor {
+  template <class... Args>
+  void operator()(Args&&...) const {}
+};
+template <class Model, class = void>
+struct has_visit_buffers : std::false_type {};
+template <class Model>
+struct has_visit_buffers<Model,
+                         std::void_t<decltype(std::declval<Model&>().visit_buffers(AnyVisitor{}))>>
+    : std::true_type {};
+template <class Model, class = void>
+struct has_visit_batch_norms : std::false_type {};
+template <class Model>
+struct has_visit_batch_norms<
+    Model, std::void_t<decltype(std::declval<Model&>().visit_batch_norms(AnyVisitor{}))>>
+    : std::true_type {};
+template <class Model, class ExecutionSpace, class = void>
+struct has_visit_computed_state : std::false_type {};
+template <class Model, class ExecutionSpace>
+struct has_visit_computed_state<Model, ExecutionSpace,
+                                std::void_t<decltype(std::declval<Model&>().visit_computed_state(
+                                    std::declval<const ExecutionSpace&>(), AnyVisitor{}))>>
+    : std::true_type {};
+template <class Model, class = void>
+struct has_fixed_encoding_query : std::false_type {};
+template <class Model>
+struct has_fixed_encoding_query<
+    Model, std::void_t<decltype(std::declval<const Model&>().has_fixed_positional_encoding())>>
+    : std::true_type {};
+
+template <class Model, class F>
+void visit_buffers_of(Model& model, F&& f) {
+  if constexpr (has_visit_buffers<Model>::value) model.visit_buffers(f);
+}
+template <class Model, class F>
+void visit_batch_norms_of(Model& model, F&& f) {
+  if constexpr (has_visit_batch_norms<Model>::value) model.visit_batch_norms(f);
+}
+template <class ExecutionSpace, class Model, class F>
+void visit_computed_state_of(const ExecutionSpace& exec, Model& model, F&& f) {
+  if constexpr (has_visit_computed_state<Model, ExecutionSpace>::value)
+    model.visit_computed_state(exec, f);
+}
+template <class Model>
+bool has_fixed_positional_encoding_of(const Model& model) {
+  if constexpr (has_fixed_encoding_query<Model>::value)
+    return model.has_fixed_positional_encoding();
+  else
+    return false;
+}
 
 inline bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
@@ -83,8 +139,9 @@ template <class ExecutionSpace, class Model>
 std::string fixed_table_difference(const ExecutionSpace& exec, Model& model,
                                    const safetensors::File& file, const std::string& file_name) {
   std::string problem;
-  model.visit_computed_state(
-      exec, [&](const std::string& name, const std::vector<std::int64_t>& shape, const auto& v) {
+  visit_computed_state_of(
+      exec, model,
+      [&](const std::string& name, const std::vector<std::int64_t>& shape, const auto& v) {
         if (name != "pos_enc.pe") return;
         const auto& info = file.info(file_name);
         const std::int64_t d = shape.back();
@@ -121,17 +178,18 @@ void add_state_dict(const ExecutionSpace& exec, safetensors::Writer& writer, Mod
     writer.add(name, p.shape,
                std::vector<typename decltype(h)::value_type>(h.data(), h.data() + h.size()));
   });
-  model.visit_buffers([&](const std::string& name, auto& v) {
+  detail::visit_buffers_of(model, [&](const std::string& name, auto& v) {
     const auto h = to_host(v);
     writer.add(name, {std::int64_t(h.size())},
                std::vector<typename decltype(h)::value_type>(h.data(), h.data() + h.size()));
   });
-  model.visit_batch_norms([&](const std::string& name, auto& bn) {
+  detail::visit_batch_norms_of(model, [&](const std::string& name, auto& bn) {
     writer.add(name + ".num_batches_tracked", {},
                std::vector<std::int64_t>{bn.num_batches_tracked()});
   });
-  model.visit_computed_state(
-      exec, [&](const std::string& name, const std::vector<std::int64_t>& shape, const auto& v) {
+  detail::visit_computed_state_of(
+      exec, model,
+      [&](const std::string& name, const std::vector<std::int64_t>& shape, const auto& v) {
         const auto h = to_host(v);
         writer.add(name, shape,
                    std::vector<typename decltype(h)::value_type>(h.data(), h.data() + h.size()));
@@ -186,10 +244,10 @@ std::vector<std::string> plan_load(Model& model, const safetensors::File& file,
   model.visit_parameters([&](const std::string& name, auto& p) {
     if (classify(name, p.shape)) to_load.push_back(name);
   });
-  model.visit_buffers([&](const std::string& name, auto& v) {
+  visit_buffers_of(model, [&](const std::string& name, auto& v) {
     if (classify(name, {std::int64_t(v.size())})) to_load.push_back(name);
   });
-  model.visit_batch_norms([&](const std::string& name, auto&) {
+  visit_batch_norms_of(model, [&](const std::string& name, auto&) {
     if (classify(name + ".num_batches_tracked", {}))
       to_load.push_back(name + ".num_batches_tracked");
   });
@@ -212,7 +270,7 @@ void report_unused_file_keys(const ExecutionSpace& exec, Model& model,
     if (std::any_of(options.other_prefixes.begin(), options.other_prefixes.end(),
                     [&](const std::string& p) { return starts_with(key, p); }))
       continue;
-    if (key == "pos_enc.pe" && model.has_fixed_positional_encoding()) {
+    if (key == "pos_enc.pe" && has_fixed_positional_encoding_of(model)) {
       const std::string problem = fixed_table_difference(exec, model, file, file_name);
       if (!problem.empty()) report.mismatched.push_back("pos_enc.pe: " + problem);
       continue;
@@ -287,10 +345,10 @@ void copy_planned(const ExecutionSpace& exec, Model& model, const safetensors::F
   model.visit_parameters([&](const std::string& name, auto& p) {
     if (wanted(name)) load_values(file, by_name.at(name), p.value);
   });
-  model.visit_buffers([&](const std::string& name, auto& v) {
+  visit_buffers_of(model, [&](const std::string& name, auto& v) {
     if (wanted(name)) load_values(file, by_name.at(name), v);
   });
-  model.visit_batch_norms([&](const std::string& name, auto& bn) {
+  visit_batch_norms_of(model, [&](const std::string& name, auto& bn) {
     const std::string key = name + ".num_batches_tracked";
     if (wanted(key)) bn.set_num_batches_tracked(file.to_int64(by_name.at(key)).at(0));
   });
