@@ -82,7 +82,7 @@ SpectrumCheckpointInfo load_spectrum_checkpoint(const ExecutionSpace& exec,
                                                 const std::string& directory,
                                                 SpectrumTransformer<T, ExecutionSpace>& model) {
   const auto file = safetensors::File::read(spectrum_checkpoint_path(directory));
-  const SpectrumCheckpointInfo info = spectrum_checkpoint_info(file);
+  SpectrumCheckpointInfo info = spectrum_checkpoint_info(file);
   // The same options but the seed (which only drew the initial weights).
   SpectrumCheckpointInfo mine = info;
   mine.model = model.options();
