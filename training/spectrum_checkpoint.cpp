@@ -57,7 +57,7 @@ namespace {
 const char* const kWhere = "kformer::spectrum_checkpoint_info";
 
 // The object j[key], whose keys must all be in `known`.
-const nlohmann::json& object_at(const nlohmann::json& j, const std::string& key,
+const nlohmann::json& object_at(const nlohmann::json& j, const char* key,
                                 const std::set<std::string>& known, const std::string& source) {
   if (!j.contains(key) || !j.at(key).is_object())
     fail(kWhere, source, ": expected an object '", key, "'");
