@@ -56,9 +56,9 @@ namespace {
 
 const char* const kWhere = "kformer::spectrum_checkpoint_info";
 
-// The object j[key], whose keys must all be in `known`.
-const nlohmann::json& object_at(const nlohmann::json& j, const char* key,
-                                const std::set<std::string>& known, const std::string& source) {
+// The object j[key] (a copy: small), whose keys must all be in `known`.
+nlohmann::json object_at(const nlohmann::json& j, const char* key,
+                         const std::set<std::string>& known, const std::string& source) {
   if (!j.contains(key) || !j.at(key).is_object())
     fail(kWhere, source, ": expected an object '", key, "'");
   const nlohmann::json& o = j.at(key);
@@ -106,11 +106,12 @@ SpectrumCheckpointInfo spectrum_checkpoint_info_from_json(const std::string& tex
              .count(item.key()))
       fail(kWhere, source, ": unknown key '", item.key(), "'");
   SpectrumCheckpointInfo info;
-  const auto& m = object_at(j, "model",
-                            {"d_model", "heads", "layers", "dim_feedforward", "outputs",
-                             "positional_encoding", "max_tokens", "intensity_encoding",
-                             "intensity_scale", "mz_min_wavelength", "mz_max_wavelength", "seed"},
-                            source);
+  const nlohmann::json m =
+      object_at(j, "model",
+                {"d_model", "heads", "layers", "dim_feedforward", "outputs", "positional_encoding",
+                 "max_tokens", "intensity_encoding", "intensity_scale", "mz_min_wavelength",
+                 "mz_max_wavelength", "seed"},
+                source);
   info.model.d_model = integer_at(m, "d_model", 2, source);
   info.model.heads = integer_at(m, "heads", 1, source);
   info.model.layers = integer_at(m, "layers", 1, source);
@@ -129,7 +130,7 @@ SpectrumCheckpointInfo spectrum_checkpoint_info_from_json(const std::string& tex
   info.model.mz_min_wavelength = number_at(m, "mz_min_wavelength", source);
   info.model.mz_max_wavelength = number_at(m, "mz_max_wavelength", source);
   info.model.seed = get_integer<std::uint64_t>(m.at("seed"), kWhere, source, "seed");
-  const auto& p = object_at(
+  const nlohmann::json p = object_at(
       j, "preprocessing",
       {"normalize", "min_relative_intensity", "merge_tolerance", "top_k", "precursor_token"},
       source);
