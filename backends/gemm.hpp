@@ -25,7 +25,7 @@ namespace detail {
 
 // The checks of gemm and gemm_native; false when C is empty (nothing to do).
 template <class AViewType, class BViewType, class CViewType>
-bool check_gemm(const std::string& where, Op op_a, Op op_b, const AViewType& A, const BViewType& B,
+bool check_gemm(const char* where, Op op_a, Op op_b, const AViewType& A, const BViewType& B,
                 const CViewType& C) {
   static_assert(compat::rank_v<AViewType> == 2 && compat::rank_v<BViewType> == 2 &&
                     compat::rank_v<CViewType> == 2,

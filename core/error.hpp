@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -21,9 +22,29 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Throws Error("<where>: <parts...>").
-template <class... Parts>
-[[noreturn]] void fail(const std::string& where, const Parts&... parts) {
+// Where a check runs, printed only when it fails: a C string ("kformer::Losses::mse"), or a
+// layer's name and a method ("<name>::forward"), so that a forward or backward names its layer
+// without building a std::string (a heap allocation) on every call. A Where refers to its strings:
+// they must outlive it (a layer's name member, a string literal).
+class Where {
+ public:
+  Where(const char* text) : text_(text) {}
+  Where(const std::string& name, const char* method = "") : name_(&name), text_(method) {}
+  friend std::ostream& operator<<(std::ostream& os, const Where& where) {
+    if (where.name_ != nullptr) os << *where.name_;
+    return os << where.text_;
+  }
+  std::string str() const { return name_ != nullptr ? *name_ + text_ : std::string(text_); }
+
+ private:
+  const std::string* name_ = nullptr;
+  const char* text_ = "";
+};
+
+// Throws Error("<where>: <parts...>"). where is anything a stream prints (a C string, so that a
+// check that passes builds no std::string).
+template <class Where, class... Parts>
+[[noreturn]] void fail(const Where& where, const Parts&... parts) {
   std::ostringstream os;
   os << where << ": ";
   (os << ... << parts);
@@ -60,8 +81,8 @@ std::string shape_of(const ViewType& v) {
 }
 
 // Checks v's extents against `expected` (negative entries match any size).
-template <class ViewType>
-void check_shape(const std::string& where, const char* name, const ViewType& v,
+template <class Where, class ViewType>
+void check_shape(const Where& where, const char* name, const ViewType& v,
                  const std::array<std::int64_t, compat::rank_v<ViewType>>& expected) {
   const auto actual = extents_of(v);
   for (int i = 0; i < compat::rank_v<ViewType>; ++i) {
@@ -72,8 +93,8 @@ void check_shape(const std::string& where, const char* name, const ViewType& v,
 
 // Two views that must not share memory (an out-of-place kernel reading one while writing the
 // other).
-template <class A, class B>
-void check_distinct(const std::string& where, const char* a_name, const A& a, const char* b_name,
+template <class Where, class A, class B>
+void check_distinct(const Where& where, const char* a_name, const A& a, const char* b_name,
                     const B& b) {
   const auto* a0 = reinterpret_cast<const char*>(a.data());
   const auto* b0 = reinterpret_cast<const char*>(b.data());

@@ -21,7 +21,8 @@ std::int64_t first_non_finite(const ExecutionSpace& exec, const ViewType& v) {
   std::int64_t first = std::numeric_limits<std::int64_t>::max();
   Kokkos::parallel_reduce(
       "kformer::first_non_finite",
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, std::int64_t(v.size())),
+      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0,
+                                                                           std::int64_t(v.size())),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& f) {
         if (!compat::math::isfinite(data[i]) && i < f) f = i;
       },
@@ -32,12 +33,14 @@ std::int64_t first_non_finite(const ExecutionSpace& exec, const ViewType& v) {
 // Throws "<where>: <what> holds <value> at element i of shape (...)" for the first non-finite
 // element.
 template <class ExecutionSpace, class ViewType>
-void require_finite(const ExecutionSpace& exec, const ViewType& v, const std::string& where, const std::string& what) {
+void require_finite(const ExecutionSpace& exec, const ViewType& v, const Where& where,
+                    const std::string& what) {
   const std::int64_t i = first_non_finite(exec, v);
   if (i < 0) return;
-  const auto one = Kokkos::subview(Kokkos::View<const typename ViewType::value_type*, typename ViewType::memory_space>(
-                                       v.data(), v.size()),
-                                   i);
+  const auto one = Kokkos::subview(
+      Kokkos::View<const typename ViewType::value_type*, typename ViewType::memory_space>(v.data(),
+                                                                                          v.size()),
+      i);
   fail(where, what, " holds ", to_host(one)(), " at element ", i, " of shape ", shape_of(v));
 }
 

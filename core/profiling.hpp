@@ -7,16 +7,26 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "error.hpp"
+
 namespace kformer {
 
 // Pushes a profiling region for the lifetime of the object (Kokkos::Profiling::ScopedRegion only
-// exists from Kokkos 4.x).
+// exists from Kokkos 4.x). The region's name is built only while a tool listens (a loaded library
+// or a callback set in the program), so that a layer call allocates nothing for it otherwise.
 class ProfilingRegion {
  public:
-  explicit ProfilingRegion(const std::string& name) { Kokkos::Profiling::pushRegion(name); }
-  ~ProfilingRegion() { Kokkos::Profiling::popRegion(); }
+  explicit ProfilingRegion(const Where& where) : pushed_(Kokkos::Tools::profileLibraryLoaded()) {
+    if (pushed_) Kokkos::Profiling::pushRegion(where.str());
+  }
+  ~ProfilingRegion() {
+    if (pushed_) Kokkos::Profiling::popRegion();
+  }
   ProfilingRegion(const ProfilingRegion&) = delete;
   ProfilingRegion& operator=(const ProfilingRegion&) = delete;
+
+ private:
+  bool pushed_;
 };
 
 }  // namespace kformer

@@ -139,7 +139,7 @@ class MultiHeadAttention {
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                const Tensor3& y, const Mask& key_padding_mask = {},
                const ConstMatrix& attn_mask = {}) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, d_});
     check_shape(where, "y", y, extents_of(x));
@@ -175,7 +175,7 @@ class MultiHeadAttention {
   // dx (+)= d MHA / dx, parameter gradients accumulate.   x: the forward's input; dy, dx: (B, S, d)
   void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                 const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {batch_, seq_, d_});
     check_shape(where, "dy", dy, extents_of(x));
@@ -247,8 +247,7 @@ class MultiHeadAttention {
   // Refuses a (batch, seq) whose buffers would not fit in the memory space, before allocating
   // any: with P kept they grow with the square of seq and can need terabytes, which would
   // otherwise end in an out-of-memory crash (or the kernel's OOM killer on an overcommitting host).
-  void check_memory(const std::string& where, std::int64_t batch, std::int64_t seq,
-                    bool grad) const {
+  void check_memory(const Where& where, std::int64_t batch, std::int64_t seq, bool grad) const {
     const Bytes bytes = pass_bytes(batch, seq, keep_probabilities_);
     const std::int64_t need = grad ? bytes.total() : bytes.saved();
     const std::int64_t held =

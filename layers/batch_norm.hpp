@@ -103,7 +103,7 @@ class BatchNorm {
   //   x, y: (N, dim); y may be x.
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
                const Matrix& y) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "y", y, extents_of(x));
@@ -174,7 +174,7 @@ class BatchNorm {
   void backward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
                 const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
     const bool accumulate_dx = dx_mode == WriteMode::Add;
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "dy", dy, extents_of(x));

@@ -97,7 +97,7 @@ class Conv1dProjection {
   // y = conv(x).   x: (B, S, in), y: (B, output_length(S), out)
   void forward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
                const Tensor3& y) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, in_});
     const int seq = x.extent(1);
@@ -111,7 +111,7 @@ class Conv1dProjection {
   // dW += dy^T cols, db += sum dy, dx = col2im(dy W) (+= with WriteMode::Add; dx may be empty).
   void backward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
                 const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, in_});
     check_shape(where, "dy", dy, {std::int64_t(x.extent(0)), output_length(x.extent(1)), out_});

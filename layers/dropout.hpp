@@ -125,7 +125,7 @@ class Dropout {
   // y = dropout(x) over contiguous views of equal size; y may be x.
   template <class XView, class YView>
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const XView& x, const YView& y) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     if (x.size() != y.size())
       fail(where, "x has shape ", shape_of(x), ", y has shape ", shape_of(y));
     active_ = ctx.training && p_ > 0.0;
@@ -193,7 +193,7 @@ class Dropout {
   template <class XView, class DYView, class DXView>
   void backward(const ExecutionSpace& exec, const RunContext&, const XView&, const DYView& dy,
                 const DXView& dx, WriteMode dx_mode = WriteMode::Assign) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     if (dy.size() != dx.size())
       fail(where, "dy has shape ", shape_of(dy), ", dx has shape ", shape_of(dx));
     const std::int64_t n = static_cast<std::int64_t>(dy.size());

@@ -75,7 +75,7 @@ class TransformerEncoder {
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                const Tensor3& y, const Mask& key_padding_mask = {},
                const ConstMatrix& attn_mask = {}) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     check_shape(where, "x", x, {-1, -1, d_});
     check_shape(where, "y", y, extents_of(x));
     const int batch = x.extent(0), seq = x.extent(1);
@@ -90,7 +90,7 @@ class TransformerEncoder {
   // dx (+)= d encoder / dx; parameter gradients accumulate.   x: the forward's input
   void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                 const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     check_shape(where, "x", x, {-1, -1, d_});
     check_shape(where, "dy", dy, extents_of(x));
     check_shape(where, "dx", dx, extents_of(x));

@@ -100,7 +100,7 @@ class TransformerEncoderLayer {
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                const Tensor3& y, const Mask& key_padding_mask = {},
                const ConstMatrix& attn_mask = {}) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, options_.d_model});
     check_shape(where, "y", y, extents_of(x));
@@ -152,7 +152,7 @@ class TransformerEncoderLayer {
   // d)
   void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                 const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, -1, options_.d_model});
     check_shape(where, "dy", dy, extents_of(x));

@@ -70,7 +70,7 @@ class FeedForward {
   // y = FF(x).   x, y: (N, d)
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
                const Matrix& y) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, d_});
     check_shape(where, "y", y, extents_of(x));
@@ -86,7 +86,7 @@ class FeedForward {
   // dx (+)= d FF / dx; parameter gradients accumulate.   x: the forward's input
   void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
                 const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, d_});
     check_shape(where, "dy", dy, extents_of(x));

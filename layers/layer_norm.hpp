@@ -66,7 +66,7 @@ class LayerNorm {
   // y = LayerNorm(x).   x, y: (N, dim); y may be x.
   void forward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
                const Matrix& y) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "y", y, extents_of(x));
@@ -107,7 +107,7 @@ class LayerNorm {
   void backward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
                 const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
     const bool accumulate_dx = dx_mode == WriteMode::Add;
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "dy", dy, extents_of(x));

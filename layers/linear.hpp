@@ -81,7 +81,7 @@ class Linear {
   // y = x W^T + b.   x: (N, in), y: (N, out)
   void forward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
                const Matrix& y) const {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, in_});
     check_shape(where, "y", y, {std::int64_t(x.extent(0)), out_});
@@ -97,7 +97,7 @@ class Linear {
   // input gradient wanted).   x: (N, in), dy: (N, out), dx: (N, in)
   void backward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
                 const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, in_});
     check_shape(where, "dy", dy, {std::int64_t(x.extent(0)), out_});

@@ -95,7 +95,7 @@ class VolumePreservingAttention {
   // x, y: (batch, seq, dim), distinct
   void forward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
                const Tensor3& y) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     const ProfilingRegion region(where);
     check_input(where, x);
     check_shape(where, "y", y, extents_of(x));
@@ -179,7 +179,7 @@ class VolumePreservingAttention {
   void backward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
                 const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign,
                 MixingDerivative derivative = MixingDerivative::Full) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     const ProfilingRegion region(where);
     check_input(where, x);
     check_shape(where, "dy", dy, extents_of(x));
@@ -272,7 +272,7 @@ class VolumePreservingAttention {
   }
 
  private:
-  void check_input(const std::string& where, const ConstTensor3& x) const {
+  void check_input(const Where& where, const ConstTensor3& x) const {
     check_shape(where, "x", x, {-1, -1, dim_});
     if (x.extent(1) < 1 || x.extent(1) > std::size_t(kMaxSeqLength))
       fail(where, "the sequence length must be between 1 and ", kMaxSeqLength, ", got ",

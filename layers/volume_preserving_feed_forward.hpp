@@ -100,7 +100,7 @@ class VolumePreservingTriangular {
   // y = x + σ(S x + b) for every row.   x, y: (N, dim), distinct
   void forward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
                const Matrix& y) const {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "y", y, extents_of(x));
@@ -124,7 +124,7 @@ class VolumePreservingTriangular {
   // (+= with WriteMode::Add); dx may be empty.   x: the forward's input (N, dim), dy, dx: (N, dim)
   void backward(const ExecutionSpace& exec, const RunContext&, const ConstMatrix& x,
                 const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     const ProfilingRegion region(where);
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "dy", dy, extents_of(x));
@@ -296,7 +296,7 @@ class VolumePreservingFeedForward {
   // x, y: (N, dim), distinct
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
                const Matrix& y) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "y", y, extents_of(x));
     check_distinct(where, "x", x, "y", y);
@@ -315,7 +315,7 @@ class VolumePreservingFeedForward {
   // x: (N, dim), dy, dx: (N, dim); dx may be empty
   void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& x,
                 const ConstMatrix& dy, const Matrix& dx, WriteMode dx_mode = WriteMode::Assign) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     check_shape(where, "x", x, {-1, dim_});
     check_shape(where, "dy", dy, extents_of(x));
     const std::int64_t rows = x.extent(0);

@@ -30,7 +30,7 @@ class BinaryCrossEntropy {
 
   double operator()(const ExecutionSpace& exec, const ConstMatrix& logits,
                     const ConstMatrix& targets, const Matrix& d_logits) {
-    const std::string where = "kformer::BinaryCrossEntropy";
+    constexpr const char* where = "kformer::BinaryCrossEntropy";
     const ProfilingRegion region(where);
     check_shape(where, "targets", targets, extents_of(logits));
     if (d_logits.data() != nullptr) check_shape(where, "d_logits", d_logits, extents_of(logits));

@@ -56,7 +56,7 @@ namespace detail {
 // Throws Error(where: "lengths(b) = L is outside [0, seq]") for the first such b.
 template <class ExecutionSpace>
 void check_lengths(
-    const ExecutionSpace& exec, const std::string& where,
+    const ExecutionSpace& exec, const Where& where,
     const Tensor1<const std::int32_t, typename ExecutionSpace::memory_space>& lengths,
     std::int64_t seq) {
   const auto bad =
@@ -103,7 +103,7 @@ class NoiseMask {
   static constexpr std::uint32_t kSharedLane = 0xFFFFFFFFu;
 
   NoiseMask(const ExecutionSpace& exec, const NoiseMaskOptions& options) : options_(options) {
-    const std::string where = "kformer::NoiseMask";
+    constexpr const char* where = "kformer::NoiseMask";
     const double r = options.masking_ratio, lm = options.mean_mask_length;
     if (options.distribution == MaskDistribution::Geometric) {
       if (!(lm >= 1.0)) fail(where, "mean_mask_length must be at least 1, got ", lm);
@@ -135,7 +135,7 @@ class NoiseMask {
   void generate(const ExecutionSpace& exec, std::uint64_t seed, std::uint32_t stream,
                 const ConstIndices& series_ids, const ConstIndices& lengths,
                 const Mask& mask) const {
-    const std::string where = "kformer::NoiseMask::generate";
+    constexpr const char* where = "kformer::NoiseMask::generate";
     const ProfilingRegion region(where);
     check_shape(where, "series_ids", series_ids, {static_cast<std::int64_t>(mask.extent(0))});
     check_batch(exec, where, lengths, mask);
@@ -184,7 +184,7 @@ class NoiseMask {
   //   lengths: (B); mask: (B, S, F), lengths in [0, S]; horizon >= 0.
   void forecast(const ExecutionSpace& exec, std::int32_t horizon, const ConstIndices& lengths,
                 const Mask& mask) const {
-    const std::string where = "kformer::NoiseMask::forecast";
+    constexpr const char* where = "kformer::NoiseMask::forecast";
     const ProfilingRegion region(where);
     if (horizon < 0) fail(where, "horizon must be at least 0, got ", horizon);
     check_batch(exec, where, lengths, mask);
@@ -204,8 +204,8 @@ class NoiseMask {
   }
 
  private:
-  void check_batch(const ExecutionSpace& exec, const std::string& where,
-                   const ConstIndices& lengths, const Mask& mask) const {
+  void check_batch(const ExecutionSpace& exec, const Where& where, const ConstIndices& lengths,
+                   const Mask& mask) const {
     check_shape(where, "lengths", lengths, {static_cast<std::int64_t>(mask.extent(0))});
     if (static_cast<std::int64_t>(excluded_.extent(0)) > static_cast<std::int64_t>(mask.extent(2)))
       fail(where, "exclude_features names feature ", excluded_.extent(0) - 1,
@@ -233,7 +233,7 @@ void apply_noise_mask(
     const Tensor3<T, typename ExecutionSpace::memory_space>& x_masked,
     const Kokkos::View<std::uint8_t***, Kokkos::LayoutRight, typename ExecutionSpace::memory_space>&
         target) {
-  const std::string where = "kformer::apply_noise_mask";
+  constexpr const char* where = "kformer::apply_noise_mask";
   const ProfilingRegion region(where);
   check_shape(where, "mask", mask, extents_of(x));
   check_shape(where, "x_masked", x_masked, extents_of(x));

@@ -179,7 +179,7 @@ class SpectrumTransformer {
   // spectrum's peaks, what the heads read. A training forward must go through forward().
   void embed(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& mz,
              const ConstMatrix& intensity, const Mask& padding, const Matrix& pooled) {
-    const std::string where = "kformer::SpectrumTransformer::embed";
+    constexpr const char* where = "kformer::SpectrumTransformer::embed";
     check_shape(where, "intensity", intensity, extents_of(mz));
     check_shape(where, "padding", padding, extents_of(mz));
     check_shape(where, "pooled", pooled, {std::int64_t(mz.extent(0)), options_.d_model});
@@ -209,7 +209,7 @@ class SpectrumTransformer {
   // spectra; the encodings' inputs get no gradient.
   void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& mz,
                 const Mask& padding, const ConstMatrix& d_logits) {
-    const std::string where = "kformer::SpectrumTransformer::backward";
+    constexpr const char* where = "kformer::SpectrumTransformer::backward";
     check_shape(where, "padding", padding, extents_of(mz));
     check_shape(where, "d_logits", d_logits, {std::int64_t(mz.extent(0)), options_.outputs});
     const int batch = mz.extent(0), peaks = mz.extent(1), d = options_.d_model;
@@ -230,7 +230,7 @@ class SpectrumTransformer {
 
  private:
   static const SpectrumTransformerOptions& checked(const SpectrumTransformerOptions& o) {
-    const std::string where = "kformer::SpectrumTransformer";
+    constexpr const char* where = "kformer::SpectrumTransformer";
     if (o.d_model < 2 || o.heads < 1 || o.d_model % o.heads != 0)
       fail(where, "d_model must be at least 2 and a multiple of heads, got d_model ", o.d_model,
            " and heads ", o.heads);

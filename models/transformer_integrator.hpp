@@ -198,7 +198,7 @@ class TransformerIntegrator {
         options_(options),
         encoding_(sys_dim),
         optimizer_(exec, 0, OptimizerOptions{}) {
-    const std::string where = "kformer::TransformerIntegrator";
+    constexpr const char* where = "kformer::TransformerIntegrator";
     if (options.seq_length < 1)
       fail(where, "seq_length must be at least 1, got ", options.seq_length);
     if (options.prediction_window < 1 || options.prediction_window > options.seq_length)
@@ -272,7 +272,7 @@ class TransformerIntegrator {
   // predicted window after window, all on the device (kernels only: no host round trip and no
   // fence per step).   trajectories: (trajectories, steps, sys_dim), steps >= seq_length
   void rollout(const ExecutionSpace& exec, const Tensor3& trajectories) {
-    const std::string where = "kformer::TransformerIntegrator::rollout";
+    constexpr const char* where = "kformer::TransformerIntegrator::rollout";
     check_shape(where, "trajectories", trajectories, {-1, -1, sys_dim_});
     const int seq = options_.seq_length, window = options_.prediction_window, d = sys_dim_;
     const int count = trajectories.extent(0);

@@ -205,7 +205,7 @@ class TimeSeriesTransformer {
   // out = TST(x).   x: (B, S, F); keep: (B, S); out: (B*S, F) for imputation, (B, n_out) otherwise.
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                const KeepMask& keep, const Matrix& out) {
-    const std::string where = "kformer::TimeSeriesTransformer::forward";
+    constexpr const char* where = "kformer::TimeSeriesTransformer::forward";
     const ProfilingRegion region(where);
     check_inputs(where, x, keep);
     require_finite(exec, x, where, "x (missing values must be filled before the model)");
@@ -252,7 +252,7 @@ class TimeSeriesTransformer {
   // with freeze_encoder only the output layer's.
   void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                 const KeepMask& keep, const ConstMatrix& d_out, bool freeze_encoder = false) {
-    const std::string where = "kformer::TimeSeriesTransformer::backward";
+    constexpr const char* where = "kformer::TimeSeriesTransformer::backward";
     const ProfilingRegion region(where);
     check_inputs(where, x, keep);
     const int batch = x.extent(0), seq = x.extent(1), d = config_.d_model;
@@ -297,7 +297,7 @@ class TimeSeriesTransformer {
   // before padding is zeroed) and, per series, the mean of z over its kept steps (B, d).
   void representations(const ExecutionSpace& exec, const KeepMask& keep, const Tensor3& steps,
                        const Matrix& pooled) {
-    const std::string where = "kformer::TimeSeriesTransformer::representations";
+    constexpr const char* where = "kformer::TimeSeriesTransformer::representations";
     const int batch = batch_, seq = seq_, d = config_.d_model;
     check_shape(where, "keep", keep, {batch, seq});
     check_shape(where, "steps", steps, {batch, seq, d});
@@ -338,7 +338,7 @@ class TimeSeriesTransformer {
              " holds a NaN or Inf at element ", i - e.offset);
   }
 
-  void check_inputs(const std::string& where, const ConstTensor3& x, const KeepMask& keep) const {
+  void check_inputs(const Where& where, const ConstTensor3& x, const KeepMask& keep) const {
     check_shape(where, "x", x, {-1, -1, config_.feat_dim});
     const int seq = x.extent(1);
     if (config_.task != TstTask::Imputation && seq != config_.max_len)

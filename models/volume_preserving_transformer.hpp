@@ -109,7 +109,7 @@ class VolumePreservingTransformer {
   // y = FF_{L-1}(Att_{L-1}(... FF_0(Att_0(x)))).   x, y: (batch, seq_length, sys_dim), distinct
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                const Tensor3& y) {
-    const std::string where = name_ + "::forward";
+    const Where where{name_, "::forward"};
     check_shape(where, "x", x, {-1, seq_length_, sys_dim_});
     check_shape(where, "y", y, extents_of(x));
     check_distinct(where, "x", x, "y", y);
@@ -132,7 +132,7 @@ class VolumePreservingTransformer {
   void backward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,
                 const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign,
                 MixingDerivative derivative = MixingDerivative::Full) {
-    const std::string where = name_ + "::backward";
+    const Where where{name_, "::backward"};
     check_shape(where, "x", x, {-1, seq_length_, sys_dim_});
     check_shape(where, "dy", dy, extents_of(x));
     if (dx.data() != nullptr) check_shape(where, "dx", dx, extents_of(x));

@@ -50,6 +50,19 @@ inline const char* optimizer_name(OptimizerKind kind) {
   return "unknown";
 }
 
+// "kformer::Optimizer<Adam>::step", a literal: step() names itself without building a string.
+inline const char* step_where(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::Adam:
+      return "kformer::Optimizer<Adam>::step";
+    case OptimizerKind::AdamW:
+      return "kformer::Optimizer<AdamW>::step";
+    case OptimizerKind::RAdam:
+      return "kformer::Optimizer<RAdam>::step";
+  }
+  return "kformer::Optimizer::step";
+}
+
 namespace detail {
 // How a parameter moves once its moments are updated (uniform over a step's kernel).
 enum class UpdateRule { Adam, Rectified, Momentum };
@@ -107,8 +120,7 @@ class Optimizer {
 
   // One update of params (n_params) from grads (n_params) with learning rate lr >= 0.
   void step(const ExecutionSpace& exec, const Vector& params, const ConstVector& grads, double lr) {
-    const std::string where =
-        std::string("kformer::Optimizer<") + optimizer_name(options_.kind) + ">::step";
+    const char* const where = step_where(options_.kind);
     const ProfilingRegion region(where);
     check_shape(where, "params", params, {size()});
     check_shape(where, "grads", grads, {size()});
@@ -197,7 +209,7 @@ template <class ExecutionSpace, class T>
 double clip_grad_norm(const ExecutionSpace& exec,
                       const Tensor1<T, typename ExecutionSpace::memory_space>& grads,
                       double max_norm, DeterministicSum<ExecutionSpace, 1>& workspace) {
-  const std::string where = "kformer::clip_grad_norm";
+  constexpr const char* where = "kformer::clip_grad_norm";
   const ProfilingRegion region(where);
   if (!(max_norm > 0.0 && std::isfinite(max_norm)))
     fail(where, "max_norm must be finite and greater than 0, got ", max_norm);
@@ -222,7 +234,7 @@ class StepDecaySchedule {
  public:
   StepDecaySchedule(double base_lr, std::vector<int> milestones, std::vector<double> factors)
       : base_lr_(base_lr), milestones_(std::move(milestones)), factors_(std::move(factors)) {
-    const std::string where = "kformer::StepDecaySchedule";
+    constexpr const char* where = "kformer::StepDecaySchedule";
     if (!(base_lr >= 0.0 && std::isfinite(base_lr)))
       fail(where, "base_lr must be finite and at least 0, got ", base_lr);
     if (factors_.size() == 1)  // one factor for every milestone (also for none)

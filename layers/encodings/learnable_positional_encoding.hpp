@@ -46,7 +46,7 @@ class LearnablePositionalEncoding {
   LearnablePositionalEncoding(const ExecutionSpace& exec, int max_len, int dim,
                               const LearnablePositionalEncodingOptions& options = {})
       : options_(options) {
-    const std::string where = "kformer::LearnablePositionalEncoding";
+    constexpr const char* where = "kformer::LearnablePositionalEncoding";
     if (max_len < 1) fail(where, "max_len must be at least 1, got ", max_len);
     if (dim < 1) fail(where, "dim must be at least 1, got ", dim);
     max_len_ = max_len;
@@ -82,7 +82,7 @@ class LearnablePositionalEncoding {
   void forward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
                const Tensor3& y) const {
     const T input_scale = static_cast<T>(options_.input_scale);
-    const std::string where = "kformer::LearnablePositionalEncoding::forward";
+    constexpr const char* where = "kformer::LearnablePositionalEncoding::forward";
     check_shape(where, "x", x, {-1, -1, dim_});
     const int seq = static_cast<int>(x.extent(1));
     check_length(where, seq);
@@ -100,7 +100,7 @@ class LearnablePositionalEncoding {
   void backward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3&,
                 const ConstTensor3& dy, const Tensor3& dx, WriteMode dx_mode = WriteMode::Assign) {
     const T input_scale = static_cast<T>(options_.input_scale);
-    const std::string where = "kformer::LearnablePositionalEncoding::backward";
+    constexpr const char* where = "kformer::LearnablePositionalEncoding::backward";
     check_shape(where, "dx", dx, {-1, -1, dim_});
     const int seq = static_cast<int>(dx.extent(1));
     check_length(where, seq);
@@ -127,7 +127,7 @@ class LearnablePositionalEncoding {
   bool interpolating(int seq) const {
     return options_.length_policy == LengthPolicy::Interpolate && seq > max_len_;
   }
-  void check_length(const std::string& where, int seq) const {
+  void check_length(const Where& where, int seq) const {
     if (seq > max_len_ && options_.length_policy == LengthPolicy::Error)
       fail(where, "sequence length ", seq, " exceeds max_len ", max_len_,
            " (choose LengthPolicy::Truncate or ::Interpolate to allow longer sequences)");

@@ -41,7 +41,7 @@ void positional_encoding(const ExecutionSpace& exec, const Tensor2<T, M>& pe,
                          const PositionalEncodingOptions& options = {}) {
   static_assert(Kokkos::SpaceAccessibility<ExecutionSpace, M>::accessible,
                 "positional_encoding: pe must be accessible from the execution space");
-  const std::string where = "kformer::positional_encoding";
+  constexpr const char* where = "kformer::positional_encoding";
   const Sinusoid sinusoid(where, static_cast<int>(pe.extent(1)), {options.layout, options.base});
   if (!pe.span_is_contiguous()) fail(where, "pe must be contiguous (an unpadded LayoutRight View)");
   const Tensor3<T, M> pe3 = as_batch(pe);
@@ -56,7 +56,7 @@ Tensor2<T, typename ExecutionSpace::memory_space> positional_encoding(
     const ExecutionSpace& exec, int dim, int seq_length,
     const PositionalEncodingOptions& options = {}) {
   using memory_space = typename ExecutionSpace::memory_space;
-  const std::string where = "kformer::positional_encoding";
+  constexpr const char* where = "kformer::positional_encoding";
   Sinusoid(where, dim, {options.layout, options.base});  // dim and base refused before allocating
   if (seq_length < 0) fail(where, "seq_length must be non-negative, got ", seq_length);
   Tensor2<T, memory_space> pe(
@@ -94,7 +94,7 @@ class PositionalEncoding {
   // y = input_scale * x + PE[:seq].   x, y: (batch, seq, dim); y may be x itself.
   void forward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3& x,
                const Tensor3& y) const {
-    const std::string where = "kformer::PositionalEncoding::forward";
+    constexpr const char* where = "kformer::PositionalEncoding::forward";
     check_shape(where, "x", x, {-1, -1, dim()});
     check_shape(where, "y", y, extents_of(x));
     impl::PositionalEncodingFunctor<T, ExecutionSpace, true>::launch(
@@ -104,7 +104,7 @@ class PositionalEncoding {
   // A single (seq, dim) sequence, as a batch of one.
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor2& x,
                const Tensor2& y) const {
-    const std::string where = "kformer::PositionalEncoding::forward";
+    constexpr const char* where = "kformer::PositionalEncoding::forward";
     check_shape(where, "x", x, {-1, dim()});
     check_shape(where, "y", y, extents_of(x));
     forward(exec, ctx, ConstTensor3(x.data(), 1, x.extent(0), x.extent(1)), as_batch(y));
@@ -115,7 +115,7 @@ class PositionalEncoding {
   void backward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3&,
                 const ConstTensor3& dy, const Tensor3& dx,
                 WriteMode dx_mode = WriteMode::Assign) const {
-    const std::string where = "kformer::PositionalEncoding::backward";
+    constexpr const char* where = "kformer::PositionalEncoding::backward";
     check_shape(where, "dy", dy, {-1, -1, dim()});
     check_shape(where, "dx", dx, extents_of(dy));
     write_scaled(exec, dx_mode, static_cast<T>(options_.input_scale), dy, dx);

@@ -70,7 +70,7 @@ class ValueEncoding {
   // y = x + enc(values); y may be x itself.
   void forward(const ExecutionSpace& exec, const RunContext&, const ConstTensor2& values,
                const ConstTensor3& x, const Tensor3& y) const {
-    const std::string where = "kformer::ValueEncoding::forward";
+    constexpr const char* where = "kformer::ValueEncoding::forward";
     check_shape(where, "x", x,
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_shape(where, "y", y, extents_of(x));
@@ -81,7 +81,7 @@ class ValueEncoding {
 
   // y = enc(values).   y: (batch, seq, dim)
   void encode(const ExecutionSpace& exec, const ConstTensor2& values, const Tensor3& y) const {
-    const std::string where = "kformer::ValueEncoding::encode";
+    constexpr const char* where = "kformer::ValueEncoding::encode";
     check_shape(where, "y", y,
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_finite(where, exec, values);
@@ -94,7 +94,7 @@ class ValueEncoding {
   void backward(const ExecutionSpace& exec, const RunContext&, const ConstTensor3&,
                 const ConstTensor3& dy, const Tensor3& dx,
                 WriteMode dx_mode = WriteMode::Assign) const {
-    const std::string where = "kformer::ValueEncoding::backward";
+    constexpr const char* where = "kformer::ValueEncoding::backward";
     check_shape(where, "dy", dy, {-1, -1, dim()});
     check_shape(where, "dx", dx, extents_of(dy));
     write_scaled(exec, dx_mode, T(1), dy, dx);
@@ -103,7 +103,7 @@ class ValueEncoding {
   // dvalues = d(sum dy * enc(values)) / dvalues, for values that are themselves computed.
   void backward_values(const ExecutionSpace& exec, const ConstTensor2& values,
                        const ConstTensor3& dy, const Tensor2& dvalues) const {
-    const std::string where = "kformer::ValueEncoding::backward_values";
+    constexpr const char* where = "kformer::ValueEncoding::backward_values";
     check_shape(where, "dy", dy,
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_shape(where, "dvalues", dvalues, extents_of(values));
@@ -115,7 +115,7 @@ class ValueEncoding {
     return frequency_parts_;
   }
 
-  void check_finite(const std::string& where, const ExecutionSpace& exec,
+  void check_finite(const Where& where, const ExecutionSpace& exec,
                     const ConstTensor2& values) const {
     const std::int64_t first_bad = impl::first_non_finite(exec, values);
     if (first_bad != std::numeric_limits<std::int64_t>::max()) {
