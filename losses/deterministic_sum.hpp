@@ -37,19 +37,7 @@ class DeterministicSum {
   template <class Term>
   std::array<double, Terms> operator()(const ExecutionSpace& exec, const std::string& label,
                                        std::int64_t n, const Term& term) {
-    const auto partial = partial_.view(kSlots, Terms);
-    const std::int64_t block_size = (n + kBlocks - 1) / kBlocks;
-    const int lanes = kLanes;
-    Kokkos::parallel_for(
-        label, Kokkos::RangePolicy<ExecutionSpace>(exec, 0, kSlots), KOKKOS_LAMBDA(const int slot) {
-          const std::int64_t begin = (slot / lanes) * block_size;
-          const std::int64_t end = begin + block_size < n ? begin + block_size : n;
-          double acc[Terms] = {};
-          for (std::int64_t i = begin + slot % lanes; i < end; i += lanes)
-            term(i, acc);
-          for (int q = 0; q < Terms; ++q)
-            partial(slot, q) = acc[q];
-        });
+    const auto partial = partial_sums(exec, label, n, term);
     const double* slots = nullptr;
     if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, memory_space>::accessible) {
       exec.fence();
@@ -65,6 +53,46 @@ class DeterministicSum {
       for (int q = 0; q < Terms; ++q)
         total[q] += slots[slot * Terms + q];
     return total;
+  }
+
+  // The same sums, left on the device: finish(total) runs once, in a kernel on exec after the
+  // sums, with total a double[Terms] holding the same bits as operator() returns (the slots are
+  // added in the same order); it writes wherever the caller wants them (a loss in a View). Nothing
+  // waits: the caller fences when it reads them.
+  template <class Term, class Finish>
+  void on_device(const ExecutionSpace& exec, const std::string& label, std::int64_t n,
+                 const Term& term, const Finish& finish) {
+    const auto partial = partial_sums(exec, label, n, term);
+    Kokkos::parallel_for(
+        label + "::total", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, 1),
+        KOKKOS_LAMBDA(const int) {
+          double total[Terms] = {};
+          for (int slot = 0; slot < kSlots; ++slot)
+            for (int q = 0; q < Terms; ++q)
+              total[q] += partial(slot, q);
+          finish(total);
+        });
+  }
+
+  // Each slot's partial sums, (kSlots, Terms), launched on exec and not waited for. (Public: CUDA's
+  // extended lambdas may not live in private member functions.)
+  template <class Term>
+  auto partial_sums(const ExecutionSpace& exec, const std::string& label, std::int64_t n,
+                    const Term& term) {
+    const auto partial = partial_.view(kSlots, Terms);
+    const std::int64_t block_size = (n + kBlocks - 1) / kBlocks;
+    const int lanes = kLanes;
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecutionSpace>(exec, 0, kSlots), KOKKOS_LAMBDA(const int slot) {
+          const std::int64_t begin = (slot / lanes) * block_size;
+          const std::int64_t end = begin + block_size < n ? begin + block_size : n;
+          double acc[Terms] = {};
+          for (std::int64_t i = begin + slot % lanes; i < end; i += lanes)
+            term(i, acc);
+          for (int q = 0; q < Terms; ++q)
+            partial(slot, q) = acc[q];
+        });
+    return partial;
   }
 
  private:

@@ -1,6 +1,7 @@
 // Training losses and evaluation metrics. Each loss returns its value on the host (as a double,
 // summed in double through DeterministicSum: the same bits for any thread count) and writes the
-// gradient with respect to its prediction, ready for the model's backward.
+// gradient with respect to its prediction, ready for the model's backward. MSE can also leave its
+// value on the device, so that a training step waits for nothing.
 //
 //   masked MSE (TST pretraining)   pred, target, mask: (B, S, F); N = sum mask
 //     L = (1/N) sum_{mask=1} (pred - target)^2
@@ -50,7 +51,7 @@ namespace detail {
 
 // Throws Error(where: "labels(i) = y is outside [0, classes)") for the first such i.
 template <class ExecutionSpace>
-void check_labels(const ExecutionSpace& exec, const std::string& where,
+void check_labels(const ExecutionSpace& exec, const Where& where,
                   const Tensor1<const std::int32_t, typename ExecutionSpace::memory_space>& labels,
                   std::int64_t classes) {
   const auto bad =
@@ -76,7 +77,7 @@ class Losses {
   //   pred, target, mask: (B, S, F); d_pred: (B, S, F) or empty.
   MaskedLoss masked_mse(const ExecutionSpace& exec, const ConstTensor& pred,
                         const ConstTensor& target, const ConstMask& mask, const Tensor& d_pred) {
-    const std::string where = "kformer::Losses::masked_mse";
+    constexpr const char* where = "kformer::Losses::masked_mse";
     const ProfilingRegion region(where);
     check_shape(where, "target", target, extents_of(pred));
     check_shape(where, "mask", mask, extents_of(pred));
@@ -109,7 +110,7 @@ class Losses {
   // MSE over every element.   pred, target: (B, n_out), not empty; d_pred: (B, n_out) or empty.
   double mse(const ExecutionSpace& exec, const ConstMatrix& pred, const ConstMatrix& target,
              const Matrix& d_pred) {
-    const std::string where = "kformer::Losses::mse";
+    constexpr const char* where = "kformer::Losses::mse";
     const ProfilingRegion region(where);
     check_shape(where, "target", target, extents_of(pred));
     if (d_pred.data() != nullptr) check_shape(where, "d_pred", d_pred, extents_of(pred));
@@ -130,13 +131,41 @@ class Losses {
     return sum[0] / static_cast<double>(n);
   }
 
+  // The same MSE and gradient, the loss left on the device in `loss` (a rank-0 View on exec's
+  // memory space, same bits as the host form) and nothing waited for: a simulation's training step
+  // need not synchronise to learn a value it may read later, or never. Shapes as above.
+  void mse(const ExecutionSpace& exec, const ConstMatrix& pred, const ConstMatrix& target,
+           const Matrix& d_pred, const Kokkos::View<double, memory_space>& loss) {
+    constexpr const char* where = "kformer::Losses::mse";
+    check_shape(where, "target", target, extents_of(pred));
+    if (d_pred.data() != nullptr) check_shape(where, "d_pred", d_pred, extents_of(pred));
+    if (pred.size() == 0)
+      fail(where, "pred has shape ", shape_of(pred), ", expected at least one element");
+    if (loss.data() == nullptr) fail(where, "loss is an empty View, expected a rank-0 View");
+    const std::int64_t n = pred.size();
+    const T* const p = pred.data();
+    const T* const t = target.data();
+    T* const g = d_pred.data();
+    const T scale = static_cast<T>(2.0 / static_cast<double>(n));
+    const double count = static_cast<double>(n);
+    const Kokkos::View<double, memory_space> out = loss;
+    scalar_sum_.on_device(
+        exec, where, n,
+        KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
+          const double diff = static_cast<double>(p[i]) - static_cast<double>(t[i]);
+          acc[0] += diff * diff;
+          if (g != nullptr) g[i] = (p[i] - t[i]) * scale;
+        },
+        KOKKOS_LAMBDA(const double* total) { out() = total[0] / count; });
+  }
+
   // Cross-entropy with logits, mean over the batch.
   //   logits: (B, C), B >= 1, C >= 1; labels: (B) in [0, C); d_logits: (B, C) or empty.
   // An out-of-range label is an Error naming its index and value, found before anything is
   // written.
   double cross_entropy(const ExecutionSpace& exec, const ConstMatrix& logits,
                        const ConstLabels& labels, const Matrix& d_logits) {
-    const std::string where = "kformer::Losses::cross_entropy";
+    constexpr const char* where = "kformer::Losses::cross_entropy";
     const ProfilingRegion region(where);
     check_classification(exec, where, logits, labels);
     if (d_logits.data() != nullptr) check_shape(where, "d_logits", d_logits, extents_of(logits));
@@ -172,7 +201,7 @@ class Losses {
   //   logits: (B, C), C >= 1; labels: (B) in [0, C).
   std::int64_t correct_count(const ExecutionSpace& exec, const ConstMatrix& logits,
                              const ConstLabels& labels) {
-    const std::string where = "kformer::Losses::correct_count";
+    constexpr const char* where = "kformer::Losses::correct_count";
     const ProfilingRegion region(where);
     check_classification(exec, where, logits, labels);
     const int classes = static_cast<int>(logits.extent(1));
@@ -190,7 +219,7 @@ class Losses {
   // Sums of squared and absolute errors.   pred, target: (B, n_out).
   ErrorSums error_sums(const ExecutionSpace& exec, const ConstMatrix& pred,
                        const ConstMatrix& target) {
-    const std::string where = "kformer::Losses::error_sums";
+    constexpr const char* where = "kformer::Losses::error_sums";
     const ProfilingRegion region(where);
     check_shape(where, "target", target, extents_of(pred));
     const T* const p = pred.data();
@@ -206,7 +235,7 @@ class Losses {
   }
 
  private:
-  static void check_classification(const ExecutionSpace& exec, const std::string& where,
+  static void check_classification(const ExecutionSpace& exec, const Where& where,
                                    const ConstMatrix& logits, const ConstLabels& labels) {
     if (logits.extent(0) == 0 || logits.extent(1) == 0)
       fail(where, "logits has shape ", shape_of(logits), ", expected at least one row and class");

@@ -335,3 +335,38 @@ TEST_CASE(
       CHECK(bitwise_equal(values, first[0]));
   });
 }
+
+TEMPLATE_LIST_TEST_CASE("MSE left on the device: the host form's bits, no allocation, no wait",
+                        "[losses][device]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  Losses<float, Space> losses;
+  const int b = 16, n = 37;  // b n not a multiple of the sum's slots
+  const auto pred = device_from<float, Space>(random_values(b * n, 71), b, n);
+  const auto target = device_from<float, Space>(random_values(b * n, 72), b, n);
+  Tensor2<float, M> d_host("d_host", b, n), d_device("d_device", b, n);
+  const double on_host = losses.mse(Space(), pred, target, d_host);
+  const Kokkos::View<double, M> loss("loss");
+  losses.mse(Space(), pred, target, d_device, loss);  // first call: the sum's scratch grows
+  const AllocationCounter counter;
+  losses.mse(Space(), pred, target, d_device, loss);
+  CHECK(counter.allocations() == 0);
+  Space().fence();
+  const auto loss_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss);
+  CHECK(loss_host() == on_host);  // the same slots added in the same order
+  CHECK(host_values(d_device) == host_values(d_host));
+  // A reference in long double from the host values.
+  long double sum = 0;
+  const auto p = host_values(pred), t = host_values(target);
+  for (std::size_t i = 0; i < p.size(); ++i)
+    sum += (static_cast<long double>(p[i]) - t[i]) * (static_cast<long double>(p[i]) - t[i]);
+  CHECK(loss_host() == Approx(static_cast<double>(sum / p.size())).epsilon(1e-12));
+
+  // Bad arguments: named, nothing written.
+  Kokkos::deep_copy(loss, -1.0);
+  CHECK_THROWS_WITH(losses.mse(Space(), pred, Tensor2<float, M>("t", b, n + 1), d_device, loss),
+                    "kformer::Losses::mse: target has shape (16, 38), expected (16, 37)");
+  CHECK_THROWS_WITH(losses.mse(Space(), pred, target, d_device, Kokkos::View<double, M>()),
+                    "kformer::Losses::mse: loss is an empty View, expected a rank-0 View");
+  CHECK(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss)() == -1.0);
+}
