@@ -13,6 +13,8 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <type_traits>
+#include <utility>
 
 #include <Kokkos_Core.hpp>
 
@@ -22,6 +24,7 @@
 #include <kformer/core/png.hpp>
 #include <kformer/core/random.hpp>
 #include <kformer/core/tensor.hpp>
+#include <kformer/core/view_adapters.hpp>
 
 #include "support/test_support.hpp"
 
@@ -257,4 +260,57 @@ TEST_CASE("math::sin_cos_small_product gives sin_cos_product's bits below its li
     if (s_small != s || c_small != c) ++differing;
   }
   CHECK(differing == 0);
+}
+
+TEST_CASE("Views of any layout: read in place where row-major, else an Error naming the layout",
+          "[core][layouts]") {
+  using Host = Kokkos::HostSpace;
+  // A trajectory (steps, dim) and views of it.
+  Kokkos::View<double**, Kokkos::LayoutRight, Host> trajectory("trajectory", 12, 3);
+  for (int s = 0; s < 12; ++s)
+    for (int d = 0; d < 3; ++d)
+      trajectory(s, d) = 10 * s + d;
+  // Rows 4..7: a subview (its own View type, which as_batch takes).
+  const auto rows = Kokkos::subview(trajectory, std::make_pair(4, 8), Kokkos::ALL);
+  const auto one = as_batch(rows);
+  CHECK(one.data() == &trajectory(4, 0));
+  CHECK(one.extent(0) == 1);
+  CHECK(one(0, 2, 1) == 61);
+
+  // Non-overlapping windows of 4 steps as a (3, 4, 3) batch, no copy, through LayoutStride.
+  const Kokkos::LayoutStride windows_layout(3, 12, 4, 3, 3, 1);
+  const Kokkos::View<double***, Kokkos::LayoutStride, Host> windows(trajectory.data(),
+                                                                    windows_layout);
+  const auto batch = as_tensor(windows, "sim", "windows");
+  static_assert(std::is_same_v<decltype(batch), const Tensor3<double, Host>>);
+  CHECK(batch.data() == trajectory.data());
+  CHECK(batch(2, 1, 2) == trajectory(9, 2));
+
+  // Overlapping windows (stride of one step): not a row-major tensor, an Error.
+  const Kokkos::LayoutStride overlapping_layout(5, 3, 4, 3, 3, 1);
+  const Kokkos::View<double***, Kokkos::LayoutStride, Host> overlapping(trajectory.data(),
+                                                                        overlapping_layout);
+  CHECK_THROWS_WITH(as_tensor(overlapping, "sim", "windows"),
+                    "sim: windows is a LayoutStride View of shape (5, 4, 3) and strides (3, 3, 1), "
+                    "which is not row-major dense memory; kformer reads it in place only then "
+                    "(copy it into a LayoutRight View with Kokkos::deep_copy otherwise)");
+  CHECK_THROWS_WITH(as_batch(Kokkos::subview(trajectory, Kokkos::ALL, std::make_pair(0, 2))),
+                    "kformer::as_batch: x of shape (12, 2) has strides (3, 1), expected "
+                    "row-major (2, 1)");
+
+  // LayoutLeft: a Fortran x(dim, seq, batch) is kformer's (batch, seq, dim), the same memory.
+  Kokkos::View<float***, Kokkos::LayoutLeft, Host> fortran("fortran", 3, 5, 2);
+  fortran(2, 4, 1) = 7.0f;
+  const auto x = as_tensor_from_column_major(fortran, "sim", "x");
+  CHECK(x.extent(0) == 2);
+  CHECK(x.extent(2) == 3);
+  CHECK(x(1, 4, 2) == 7.0f);
+  CHECK_THROWS_WITH(as_tensor(fortran, "sim", "x"), ContainsText("x is a LayoutLeft View of "
+                                                                 "shape (3, 5, 2) and strides "
+                                                                 "(1, 3, 15)"));
+  // A LayoutLeft vector or (n, 1) matrix is row-major too.
+  Kokkos::View<float**, Kokkos::LayoutLeft, Host> column("column", 4, 1);
+  CHECK(as_tensor(column, "sim", "column").extent(0) == 4);
+  CHECK_THROWS_WITH(as_tensor_from_column_major(trajectory, "sim", "trajectory"),
+                    ContainsText("not column-major dense memory"));
 }
