@@ -1,6 +1,7 @@
 # Installs the kformer build into a scratch prefix, then configures, builds and runs the consumer
 # project against that install, and the README's C++ example with it. Called by CTest with
-# BUILD_DIR, SOURCE_DIR, WORK_DIR, README and ONLINE_TRAINING_DIR (examples/online_training).
+# BUILD_DIR, SOURCE_DIR, WORK_DIR, README, ONLINE_TRAINING_DIR (examples/online_training) and
+# SIMULATION_DIR (examples/simulation, a CMake project of its own, configured as a user would).
 file(REMOVE_RECURSE "${WORK_DIR}")
 # The README's first ```cpp block, as a source file of its own.
 file(READ "${README}" readme)
@@ -42,3 +43,14 @@ foreach(program online_training_c online_training_fortran)
     message("${program}: built against the installed package and ran")
   endif()
 endforeach()
+# The C++ simulation example: its own project, find_package(kformer) and nothing else.
+run(${CMAKE_COMMAND} -S "${SIMULATION_DIR}" -B "${WORK_DIR}/simulation" -G Ninja
+    "-Dkformer_ROOT=${WORK_DIR}/install" -DCMAKE_BUILD_TYPE=Release
+    "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/simulation")
+execute_process(COMMAND "${WORK_DIR}/simulation/simulation" "${WORK_DIR}/simulation_model.safetensors"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "reloaded model: same outputs")
+  message(FATAL_ERROR "examples/simulation against the installed package failed (${rc}):\n${out}")
+endif()
+message("examples/simulation: built against the installed package and ran:\n${out}")
