@@ -79,7 +79,7 @@ class DeterministicSum {
   template <class Term>
   auto partial_sums(const ExecutionSpace& exec, const std::string& label, std::int64_t n,
                     const Term& term) {
-    const auto partial = partial_.view(kSlots, Terms);
+    auto partial = partial_.view(kSlots, Terms);
     const std::int64_t block_size = (n + kBlocks - 1) / kBlocks;
     const int lanes = kLanes;
     Kokkos::parallel_for(
