@@ -74,11 +74,13 @@ class DeterministicSum {
         });
   }
 
-  // Each slot's partial sums, (kSlots, Terms), launched on exec and not waited for. (Public: CUDA's
-  // extended lambdas may not live in private member functions.)
+  // Each slot's partial sums, (kSlots, Terms), launched on exec and not waited for. (Public, and
+  // its return type spelled out: CUDA's extended lambdas may not live in private member functions
+  // nor in functions with a deduced return type.)
+  using Partial = Kokkos::View<double**, Kokkos::LayoutRight, memory_space>;
   template <class Term>
-  auto partial_sums(const ExecutionSpace& exec, const std::string& label, std::int64_t n,
-                    const Term& term) {
+  Partial partial_sums(const ExecutionSpace& exec, const std::string& label, std::int64_t n,
+                       const Term& term) {
     auto partial = partial_.view(kSlots, Terms);
     const std::int64_t block_size = (n + kBlocks - 1) / kBlocks;
     const int lanes = kLanes;
