@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <string>
 
 namespace {
@@ -82,9 +83,8 @@ double max_abs_difference(const Space& exec, const State& a, const State& b) {
   return result;
 }
 
-}  // namespace
-
-int main(int argc, char* argv[]) {
+// The program; main() reports what it throws (a kformer::Error names the argument and shapes).
+int run(int argc, char* argv[]) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   kformer::backends::MemoryTracker::install();
   const Space exec;
@@ -162,7 +162,7 @@ int main(int argc, char* argv[]) {
       "per step: simulation %.3f ms, inference %.3f ms, training %.3f ms (every %d "
       "steps: %.3f ms each); the model's share of the loop %.0f %%\n",
       time_simulation * per_step, time_inference * per_step, time_training * per_step, kTrainEvery,
-      time_training * 1e3 / (kSteps / kTrainEvery),
+      time_training * 1e3 / (static_cast<double>(kSteps) / kTrainEvery),
       100 * model_time / (model_time + time_simulation));
   std::printf("allocations after step %d: %llu\n", kWarmup,
               static_cast<unsigned long long>(steady_allocations));
@@ -186,4 +186,15 @@ int main(int argc, char* argv[]) {
   std::printf("checks: learned %s, steady state allocation-free %s, reload %s\n",
               learned ? "yes" : "NO", steady_allocations == 0 ? "yes" : "NO", same ? "yes" : "NO");
   return learned && steady_allocations == 0 && same ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char* argv[]) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "simulation: %s\n", e.what());
+    return 1;
+  }
 }
