@@ -11,6 +11,8 @@
 // kind, and the peak resident memory over the resident memory before the model was made.
 #include <kformer/kformer.hpp>
 
+#include "embedding_options.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,60 +22,15 @@
 
 namespace {
 
+using embedding_bench::Sizes;
+using embedding_bench::status_mib;
+
 using Space = Kokkos::DefaultExecutionSpace;
 using Memory = Space::memory_space;
 using Net =
     kformer::Sequential<double, Space, kformer::Linear<double, Space>,
                         kformer::PositionalEncoding<double, Space>,
                         kformer::TransformerEncoder<double, Space>, kformer::Linear<double, Space>>;
-
-struct Sizes {
-  int members = 32, tokens = 8, patch = 8, width = 32, steps = 50, repeat = 7;
-};
-
-// A field of /proc/self/status in MiB (VmRSS, VmHWM).
-double status_mib(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind(field + ":", 0) == 0)
-      return std::strtod(line.c_str() + field.size() + 1, nullptr) / 1024;
-  return 0;
-}
-
-int parse(int argc, char** argv, Sizes& s) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    int* target = arg == "--members"  ? &s.members
-                  : arg == "--tokens" ? &s.tokens
-                  : arg == "--patch"  ? &s.patch
-                  : arg == "--width"  ? &s.width
-                  : arg == "--steps"  ? &s.steps
-                  : arg == "--repeat" ? &s.repeat
-                                      : nullptr;
-    if (target == nullptr || i + 1 == argc) {
-      std::fprintf(stderr, "kformer-embedding-bench: unknown option or missing value: %s\n",
-                   arg.c_str());
-      return 2;
-    }
-    char* end = nullptr;
-    const long value = std::strtol(argv[++i], &end, 10);
-    if (*end != '\0' || value < 1 || value > 1 << 20) {
-      std::fprintf(stderr,
-                   "kformer-embedding-bench: %s must be a whole number in [1, 1048576], got %s\n",
-                   arg.c_str(), argv[i]);
-      return 2;
-    }
-    *target = static_cast<int>(value);
-  }
-  if (s.width % 4 != 0) {
-    std::fprintf(stderr,
-                 "kformer-embedding-bench: --width must be a multiple of the 4 heads, got %d\n",
-                 s.width);
-    return 2;
-  }
-  return 0;
-}
 
 // Median over rounds of the mean time per step of `steps` calls of f, in ms.
 template <class F>
@@ -94,7 +51,7 @@ double median_ms(const Sizes& s, F&& f) {
 
 int main(int argc, char* argv[]) {
   Sizes s;
-  if (const int rc = parse(argc, argv, s)) return rc;
+  if (const int rc = embedding_bench::parse("kformer-embedding-bench", argc, argv, s)) return rc;
   Kokkos::ScopeGuard kokkos(argc, argv);
   const double rss_before = status_mib("VmRSS");
   const Space exec;

@@ -9,6 +9,8 @@
 //                                    [--steps N] [--repeat R]
 #include <torch/torch.h>
 
+#include "embedding_options.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,48 +22,8 @@
 
 namespace {
 
-struct Sizes {
-  int members = 32, tokens = 8, patch = 8, width = 32, steps = 50, repeat = 7;
-};
-
-double status_mib(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind(field + ":", 0) == 0)
-      return std::strtod(line.c_str() + field.size() + 1, nullptr) / 1024;
-  return 0;
-}
-
-int parse(int argc, char** argv, Sizes& s) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    int* target = arg == "--members"  ? &s.members
-                  : arg == "--tokens" ? &s.tokens
-                  : arg == "--patch"  ? &s.patch
-                  : arg == "--width"  ? &s.width
-                  : arg == "--steps"  ? &s.steps
-                  : arg == "--repeat" ? &s.repeat
-                                      : nullptr;
-    if (target == nullptr || i + 1 == argc) {
-      std::fprintf(stderr,
-                   "kformer-embedding-bench-libtorch: unknown option or missing value: %s\n",
-                   arg.c_str());
-      return 2;
-    }
-    char* end = nullptr;
-    const long value = std::strtol(argv[++i], &end, 10);
-    if (*end != '\0' || value < 1 || value > 1 << 20) {
-      std::fprintf(stderr,
-                   "kformer-embedding-bench-libtorch: %s must be a whole number in [1, 1048576], "
-                   "got %s\n",
-                   arg.c_str(), argv[i]);
-      return 2;
-    }
-    *target = static_cast<int>(value);
-  }
-  return 0;
-}
+using embedding_bench::Sizes;
+using embedding_bench::status_mib;
 
 template <class F>
 double median_ms(const Sizes& s, F&& f) {
@@ -97,7 +59,8 @@ torch::Tensor positional_encoding(int tokens, int width) {
 
 int main(int argc, char* argv[]) {
   Sizes s;
-  if (const int rc = parse(argc, argv, s)) return rc;
+  if (const int rc = embedding_bench::parse("kformer-embedding-bench-libtorch", argc, argv, s))
+    return rc;
   const char* threads = std::getenv("OMP_NUM_THREADS");
   if (threads != nullptr) torch::set_num_threads(std::atoi(threads));
   const double rss_before = status_mib("VmRSS");
