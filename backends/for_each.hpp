@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include <Kokkos_Core.hpp>
 
@@ -39,7 +40,7 @@ inline constexpr bool runs_on_host =
                                typename ExecutionSpace::memory_space>::accessible;
 
 template <class ExecutionSpace, class Body>
-void for_each_index(const ExecutionSpace& exec, const char* label, const std::int64_t n,
+void for_each_index(const ExecutionSpace& exec, const std::string& label, const std::int64_t n,
                     const Body& body) {
   if (n <= 0) return;
   if constexpr (runs_on_host<ExecutionSpace>) {

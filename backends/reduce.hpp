@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <Kokkos_Core.hpp>
 
+#include "../core/profiling.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
 #include "for_each.hpp"
@@ -33,7 +35,7 @@ void column_reduce(const ExecutionSpace& exec, std::int64_t rows, int cols, cons
   if constexpr (runs_on_host<ExecutionSpace>) {
     // A thread per block, its rows added into the partial row in order (vector loops over j).
     Kokkos::parallel_for(
-        "kformer::column_reduce::blocks",
+        KFORMER_LABEL("kformer::column_reduce::blocks"),
         Kokkos::TeamPolicy<ExecutionSpace>(exec, blocks, Kokkos::AUTO),
         KOKKOS_LAMBDA(const member_type& team) {
           const int b = team.league_rank();
@@ -52,7 +54,7 @@ void column_reduce(const ExecutionSpace& exec, std::int64_t rows, int cols, cons
     // teams that update their partial rows in memory row by row.
     T* const out_partial = partial.data();
     Kokkos::parallel_for(
-        "kformer::column_reduce::blocks",
+        KFORMER_LABEL("kformer::column_reduce::blocks"),
         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
             exec, 0, std::int64_t(blocks) * cols),
         KOKKOS_LAMBDA(const std::int64_t k) {
@@ -67,8 +69,8 @@ void column_reduce(const ExecutionSpace& exec, std::int64_t rows, int cols, cons
         });
   }
   Kokkos::parallel_for(
-      "kformer::column_reduce::combine", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, cols),
-      KOKKOS_LAMBDA(const int j) {
+      KFORMER_LABEL("kformer::column_reduce::combine"),
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, cols), KOKKOS_LAMBDA(const int j) {
         T sum = accumulate ? out(j) : T(0);
         T total = 0;
         for (int b = 0; b < blocks; ++b)
@@ -99,7 +101,7 @@ struct FirstOutside {
 
 template <class ExecutionSpace>
 FirstOutside first_outside(
-    const ExecutionSpace& exec, const char* label,
+    const ExecutionSpace& exec, const std::string& label,
     const Tensor1<const std::int32_t, typename ExecutionSpace::memory_space>& values,
     std::int64_t lowest, std::int64_t highest) {
   using Reducer = Kokkos::MinLoc<std::int64_t, std::int32_t>;

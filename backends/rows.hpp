@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <Kokkos_Core.hpp>
 
@@ -44,7 +45,7 @@ struct RowKernel {
 // Calls body(member, row) for every row in [0, rows), with member usable for ThreadVectorRange
 // loops over the row's columns.
 template <class ExecutionSpace, class Body>
-void for_each_row(const ExecutionSpace& exec, const char* label, std::int64_t rows,
+void for_each_row(const ExecutionSpace& exec, const std::string& label, std::int64_t rows,
                   const Body& body) {
   using Shape = RowShape<ExecutionSpace>;
   if (rows <= 0) return;

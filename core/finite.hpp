@@ -10,6 +10,7 @@
 
 #include "compat.hpp"
 #include "error.hpp"
+#include "profiling.hpp"
 #include "tensor.hpp"
 
 namespace kformer {
@@ -20,7 +21,7 @@ std::int64_t first_non_finite(const ExecutionSpace& exec, const ViewType& v) {
   const auto* const data = v.data();
   std::int64_t first = std::numeric_limits<std::int64_t>::max();
   Kokkos::parallel_reduce(
-      "kformer::first_non_finite",
+      KFORMER_LABEL("kformer::first_non_finite"),
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0,
                                                                            std::int64_t(v.size())),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& f) {

@@ -9,6 +9,15 @@
 
 #include "error.hpp"
 
+// A kernel's label as Kokkos takes it (const std::string&), made once per call site: a string
+// literal there builds a std::string at every launch, on the heap since kformer's labels are longer
+// than the small-string buffer. Helpers that launch kernels take the label as const std::string&.
+#define KFORMER_LABEL(text)                              \
+  ([]() -> const std::string& {                          \
+    static const std::string kformer_kernel_label{text}; \
+    return kformer_kernel_label;                         \
+  }())
+
 namespace kformer {
 
 // Pushes a profiling region for the lifetime of the object (Kokkos::Profiling::ScopedRegion only

@@ -10,6 +10,7 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "profiling.hpp"
 #include "tensor.hpp"
 
 namespace kformer {
@@ -49,7 +50,8 @@ struct Philox4x32 {
 
   // Four words for the 128-bit counter (index, stream): element 4 index + w of a stream uses
   // word w, so one evaluation serves four elements.
-  KOKKOS_INLINE_FUNCTION void words(std::uint64_t index, std::uint64_t stream, std::uint32_t out[4]) const {
+  KOKKOS_INLINE_FUNCTION void words(std::uint64_t index, std::uint64_t stream,
+                                    std::uint32_t out[4]) const {
     out[0] = static_cast<std::uint32_t>(index);
     out[1] = static_cast<std::uint32_t>(index >> 32);
     out[2] = static_cast<std::uint32_t>(stream);
@@ -90,7 +92,7 @@ void fill_uniform(const ExecutionSpace& exec, const ViewType& v, double lo, doub
   T* data = v.data();
   const Philox4x32 rng(seed);
   Kokkos::parallel_for(
-      "kformer::random::fill_uniform",
+      KFORMER_LABEL("kformer::random::fill_uniform"),
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
           exec, 0, static_cast<std::int64_t>(v.span())),
       KOKKOS_LAMBDA(const std::int64_t i) {

@@ -26,6 +26,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../core/error.hpp"
+#include "../core/profiling.hpp"
 #include "../core/tensor.hpp"
 
 namespace kformer::data {
@@ -115,7 +116,7 @@ void integrate_implicit_midpoint(
   const int steps = out.extent(1);
   const double h = time_step;
   Kokkos::parallel_for(
-      "kformer::data::implicit_midpoint",
+      KFORMER_LABEL("kformer::data::implicit_midpoint"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, initial.extent(0)), KOKKOS_LAMBDA(const int t) {
         double z[4], next[4], mid[4], f[4];
         for (int k = 0; k < d; ++k) {

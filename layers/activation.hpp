@@ -15,6 +15,7 @@
 #include "../core/error.hpp"
 #include "../core/layer.hpp"
 #include "../core/math.hpp"
+#include "../core/profiling.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 
@@ -58,13 +59,13 @@ void activation_forward(const ExecutionSpace& exec, Activation a, const XView& x
   // One kernel per activation: a loop without the runtime choice inside vectorises.
   if (a == Activation::GELU)
     backends::for_each_index(
-        exec, "kformer::activation::forward", std::int64_t(y.size()),
+        exec, KFORMER_LABEL("kformer::activation::forward"), std::int64_t(y.size()),
         KOKKOS_LAMBDA(const std::int64_t i) {
           out[i] = activation_value(Activation::GELU, in[i]);
         });
   else
     backends::for_each_index(
-        exec, "kformer::activation::forward", std::int64_t(y.size()),
+        exec, KFORMER_LABEL("kformer::activation::forward"), std::int64_t(y.size()),
         KOKKOS_LAMBDA(const std::int64_t i) {
           out[i] = activation_value(Activation::ReLU, in[i]);
         });
@@ -84,14 +85,14 @@ void activation_backward(const ExecutionSpace& exec, Activation a, const XView& 
   const bool add = mode == WriteMode::Add;
   if (a == Activation::GELU)
     backends::for_each_index(
-        exec, "kformer::activation::backward", std::int64_t(x.size()),
+        exec, KFORMER_LABEL("kformer::activation::backward"), std::int64_t(x.size()),
         KOKKOS_LAMBDA(const std::int64_t i) {
           const T v = g[i] * activation_derivative(Activation::GELU, in[i]);
           out[i] = add ? out[i] + v : v;
         });
   else
     backends::for_each_index(
-        exec, "kformer::activation::backward", std::int64_t(x.size()),
+        exec, KFORMER_LABEL("kformer::activation::backward"), std::int64_t(x.size()),
         KOKKOS_LAMBDA(const std::int64_t i) {
           const T v = g[i] * activation_derivative(Activation::ReLU, in[i]);
           out[i] = add ? out[i] + v : v;

@@ -123,7 +123,8 @@ class BatchNorm {
       if (synchronised) replica_values_(exec, mean.data(), dim_);
       const T inv_n = T(1) / static_cast<T>(n_total_);
       Kokkos::parallel_for(
-          "kformer::batch_norm::mean", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_),
+          KFORMER_LABEL("kformer::batch_norm::mean"),
+          Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_),
           KOKKOS_LAMBDA(const int j) { mean(j) *= inv_n; });
       backends::column_reduce(
           exec, n, dim_,
@@ -135,8 +136,8 @@ class BatchNorm {
       const T m = static_cast<T>(momentum_);
       const T unbiased = static_cast<T>(n_total_) / static_cast<T>(n_total_ - 1);
       Kokkos::parallel_for(
-          "kformer::batch_norm::statistics", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_),
-          KOKKOS_LAMBDA(const int j) {
+          KFORMER_LABEL("kformer::batch_norm::statistics"),
+          Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_), KOKKOS_LAMBDA(const int j) {
             const T var = rstd(j) * inv_n;
             rstd(j) = T(1) / compat::math::sqrt(var + eps);
             running_mean(j) = (T(1) - m) * running_mean(j) + m * mean(j);
@@ -145,7 +146,7 @@ class BatchNorm {
       ++num_batches_tracked_;
     } else {
       Kokkos::parallel_for(
-          "kformer::batch_norm::running_statistics",
+          KFORMER_LABEL("kformer::batch_norm::running_statistics"),
           Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_), KOKKOS_LAMBDA(const int j) {
             mean(j) = running_mean(j);
             rstd(j) = T(1) / compat::math::sqrt(running_var(j) + eps);
@@ -159,7 +160,7 @@ class BatchNorm {
     const T* const mu = mean.data();
     const T* const rs = rstd.data();
     backends::for_each_row(
-        exec, "kformer::batch_norm::normalize", n,
+        exec, KFORMER_LABEL("kformer::batch_norm::normalize"), n,
         KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<ExecutionSpace>::member_type& team,
                       const std::int64_t i) {
           const T* const xi = in + i * d;
@@ -192,8 +193,8 @@ class BatchNorm {
         sum_dy_xhat, false, partial_);
     const Vector dgamma = weight_.grad, dbeta = bias_.grad;
     Kokkos::parallel_for(
-        "kformer::batch_norm::parameter_grads", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_),
-        KOKKOS_LAMBDA(const int j) {
+        KFORMER_LABEL("kformer::batch_norm::parameter_grads"),
+        Kokkos::RangePolicy<ExecutionSpace>(exec, 0, dim_), KOKKOS_LAMBDA(const int j) {
           dgamma(j) += sum_dy_xhat(j);
           dbeta(j) += sum_dy(j);
         });
@@ -217,7 +218,7 @@ class BatchNorm {
     const T* const s_dy = sum_dy.data();
     const T* const s_dy_xhat = sum_dy_xhat.data();
     backends::for_each_row(
-        exec, "kformer::batch_norm::backward", n,
+        exec, KFORMER_LABEL("kformer::batch_norm::backward"), n,
         KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<ExecutionSpace>::member_type& team,
                       const std::int64_t i) {
           const T* const xi = in + i * d;

@@ -141,7 +141,7 @@ class Conv1dProjection {
     const int seq_out = output_length(seq), stride = o_.stride, dil = o_.dilation, pad = pad_left_;
     auto cols = cols_.view(std::int64_t(batch) * seq_out, std::int64_t(f_in) * k);
     Kokkos::parallel_for(
-        "kformer::conv1d::im2col",
+        KFORMER_LABEL("kformer::conv1d::im2col"),
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(
             exec, {0, 0}, {long(batch) * seq_out, long(f_in) * k}),
         KOKKOS_LAMBDA(const long row, const long col) {
@@ -160,7 +160,7 @@ class Conv1dProjection {
     const int batch = dx.extent(0), seq = dx.extent(1), f_in = in_, k = o_.kernel_size;
     const int seq_out = output_length(seq), stride = o_.stride, dil = o_.dilation, pad = pad_left_;
     Kokkos::parallel_for(
-        "kformer::conv1d::col2im",
+        KFORMER_LABEL("kformer::conv1d::col2im"),
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(
             exec, {0, 0, 0}, {long(batch), long(seq), long(f_in)}),
         KOKKOS_LAMBDA(const long b, const long s, const long f) {

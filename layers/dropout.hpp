@@ -18,6 +18,7 @@
 #include "../backends/for_each.hpp"
 #include "../core/error.hpp"
 #include "../core/layer.hpp"
+#include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
@@ -143,7 +144,7 @@ class Dropout {
       // Chunks of whole groups, each deciding its elements in vectorised loops.
       constexpr std::int64_t chunk = 4 * DropoutDecisions::kHostGroups;
       Kokkos::parallel_for(
-          "kformer::dropout::forward",
+          KFORMER_LABEL("kformer::dropout::forward"),
           Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
               exec, 0, (n + chunk - 1) / chunk),
           KOKKOS_LAMBDA(const std::int64_t c) {
@@ -163,7 +164,8 @@ class Dropout {
     // Whole groups of four in the main loop (straight-line code), the last partial group alone.
     const std::int64_t full = n / 4;
     backends::for_each_index(
-        exec, "kformer::dropout::forward", full, KOKKOS_LAMBDA(const std::int64_t g) {
+        exec, KFORMER_LABEL("kformer::dropout::forward"), full,
+        KOKKOS_LAMBDA(const std::int64_t g) {
           bool keep[4];
           decide.keep4(static_cast<std::uint64_t>(g), keep);
           const std::int64_t i = 4 * g;
@@ -175,7 +177,7 @@ class Dropout {
         });
     if (n % 4 != 0)  // the last, partial group
       Kokkos::parallel_for(
-          "kformer::dropout::forward_tail",
+          KFORMER_LABEL("kformer::dropout::forward_tail"),
           Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, full,
                                                                                full + 1),
           KOKKOS_LAMBDA(const std::int64_t g) {
@@ -206,7 +208,7 @@ class Dropout {
     const T scale = static_cast<T>(1.0 / (1.0 - p_));
     const bool add = dx_mode == WriteMode::Add;
     backends::for_each_index(
-        exec, "kformer::dropout::backward", n, KOKKOS_LAMBDA(const std::int64_t i) {
+        exec, KFORMER_LABEL("kformer::dropout::backward"), n, KOKKOS_LAMBDA(const std::int64_t i) {
           const T v = mask[i] ? g[i] * scale : T(0);
           out[i] = add ? out[i] + v : v;
         });

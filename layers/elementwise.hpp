@@ -9,8 +9,21 @@
 #include "../backends/rows.hpp"
 #include "../core/error.hpp"
 #include "../core/layer.hpp"
+#include "../core/profiling.hpp"
 
 namespace kformer {
+
+// out = value everywhere, over a contiguous view (Kokkos::deep_copy's fill names its kernel with a
+// std::string made at every call).
+template <class ExecutionSpace, class Out>
+void fill(const ExecutionSpace& exec, typename Out::const_value_type value, const Out& out) {
+  using T = typename Out::non_const_value_type;
+  T* const po = out.data();
+  const T v = value;
+  backends::for_each_index(
+      exec, KFORMER_LABEL("kformer::fill"), std::int64_t(out.size()),
+      KOKKOS_LAMBDA(const std::int64_t i) { po[i] = v; });
+}
 
 // out = a + b over contiguous views of equal size (out may be a or b).
 template <class ExecutionSpace, class A, class B, class Out>
@@ -22,7 +35,7 @@ void add(const ExecutionSpace& exec, const A& a, const B& b, const Out& out) {
   const T* const pb = b.data();
   T* const po = out.data();
   backends::for_each_index(
-      exec, "kformer::add", std::int64_t(out.size()),
+      exec, KFORMER_LABEL("kformer::add"), std::int64_t(out.size()),
       KOKKOS_LAMBDA(const std::int64_t i) { po[i] = pa[i] + pb[i]; });
 }
 
@@ -36,7 +49,7 @@ void copy(const ExecutionSpace& exec, const In& in, const Out& out) {
   T* const po = out.data();
   if (pi == po) return;
   backends::for_each_index(
-      exec, "kformer::copy", std::int64_t(out.size()),
+      exec, KFORMER_LABEL("kformer::copy"), std::int64_t(out.size()),
       KOKKOS_LAMBDA(const std::int64_t i) { po[i] = pi[i]; });
 }
 
@@ -51,7 +64,7 @@ void scale_copy(const ExecutionSpace& exec, T scale, const In& in, const Out& ou
   V* const po = out.data();
   const V s = static_cast<V>(scale);
   backends::for_each_index(
-      exec, "kformer::scale_copy", std::int64_t(out.size()),
+      exec, KFORMER_LABEL("kformer::scale_copy"), std::int64_t(out.size()),
       KOKKOS_LAMBDA(const std::int64_t i) { po[i] = s * pi[i]; });
 }
 
@@ -68,7 +81,7 @@ void write_scaled(const ExecutionSpace& exec, WriteMode mode, T scale, const In&
   V* const po = out.data();
   const V s = static_cast<V>(scale);
   backends::for_each_index(
-      exec, "kformer::add_scaled", std::int64_t(out.size()),
+      exec, KFORMER_LABEL("kformer::add_scaled"), std::int64_t(out.size()),
       KOKKOS_LAMBDA(const std::int64_t i) { po[i] += s * pi[i]; });
 }
 
@@ -83,7 +96,7 @@ void fill_rows(const ExecutionSpace& exec, const Row& row, const Matrix& m) {
   const T* const r = row.data();
   const Matrix out = m;
   backends::for_each_row(
-      exec, "kformer::fill_rows", std::int64_t(m.extent(0)),
+      exec, KFORMER_LABEL("kformer::fill_rows"), std::int64_t(m.extent(0)),
       KOKKOS_LAMBDA(const typename Kokkos::TeamPolicy<ExecutionSpace>::member_type& team,
                     const std::int64_t i) {
         backends::row_for(team, cols, [=](const int j) { out(i, j) = r[j]; });

@@ -78,7 +78,8 @@ class LayerNorm {
     const T* const gamma = weight_.value.data();
     const T* const beta = bias_.value.data();
     Kokkos::parallel_for(
-        "kformer::layer_norm::forward", Kokkos::TeamPolicy<ExecutionSpace>(exec, n, Kokkos::AUTO),
+        KFORMER_LABEL("kformer::layer_norm::forward"),
+        Kokkos::TeamPolicy<ExecutionSpace>(exec, n, Kokkos::AUTO),
         KOKKOS_LAMBDA(const member_type& team) {
           const std::int64_t row = team.league_rank();
           const T* const xr = &x(row, 0);
@@ -131,7 +132,8 @@ class LayerNorm {
     if (dx.data() == nullptr) return;
 
     Kokkos::parallel_for(
-        "kformer::layer_norm::backward", Kokkos::TeamPolicy<ExecutionSpace>(exec, n, Kokkos::AUTO),
+        KFORMER_LABEL("kformer::layer_norm::backward"),
+        Kokkos::TeamPolicy<ExecutionSpace>(exec, n, Kokkos::AUTO),
         KOKKOS_LAMBDA(const member_type& team) {
           const std::int64_t row = team.league_rank();
           const T* const xr = &x(row, 0);

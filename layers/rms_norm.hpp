@@ -70,7 +70,8 @@ class RMSNorm {
     const T eps = static_cast<T>(eps_);
     const T* const gamma = weight_.value.data();
     Kokkos::parallel_for(
-        "kformer::rms_norm::forward", Kokkos::TeamPolicy<ExecutionSpace>(exec, n, Kokkos::AUTO),
+        KFORMER_LABEL("kformer::rms_norm::forward"),
+        Kokkos::TeamPolicy<ExecutionSpace>(exec, n, Kokkos::AUTO),
         KOKKOS_LAMBDA(const member_type& team) {
           const std::int64_t row = team.league_rank();
           const T* const xr = &x(row, 0);
@@ -109,7 +110,8 @@ class RMSNorm {
     if (dx.data() == nullptr) return;
     const bool add = dx_mode == WriteMode::Add;
     Kokkos::parallel_for(
-        "kformer::rms_norm::backward", Kokkos::TeamPolicy<ExecutionSpace>(exec, n, Kokkos::AUTO),
+        KFORMER_LABEL("kformer::rms_norm::backward"),
+        Kokkos::TeamPolicy<ExecutionSpace>(exec, n, Kokkos::AUTO),
         KOKKOS_LAMBDA(const member_type& team) {
           const std::int64_t row = team.league_rank();
           const T* const xr = &x(row, 0);

@@ -107,7 +107,7 @@ class VolumePreservingAttention {
     const auto a = weight_.value;
     const T scale = static_cast<T>(1.0 / std::sqrt(double(d)));
     Kokkos::parallel_for(
-        "kformer::VolumePreservingAttention::forward",
+        KFORMER_LABEL("kformer::VolumePreservingAttention::forward"),
         Kokkos::RangePolicy<ExecutionSpace>(exec, 0, batch), KOKKOS_LAMBDA(const int b) {
           // u_j = A x_j in work(b, j, seq..seq+d)
           for (int j = 0; j < seq; ++j)
@@ -197,7 +197,7 @@ class VolumePreservingAttention {
     const T scale = static_cast<T>(1.0 / std::sqrt(double(d)));
     const bool add = dx_mode == WriteMode::Add;
     Kokkos::parallel_for(
-        "kformer::VolumePreservingAttention::backward",
+        KFORMER_LABEL("kformer::VolumePreservingAttention::backward"),
         Kokkos::RangePolicy<ExecutionSpace>(exec, 0, batch), KOKKOS_LAMBDA(const int b) {
           if (want_dx)
             for (int s = 0; s < seq; ++s)
@@ -262,7 +262,7 @@ class VolumePreservingAttention {
     // dA summed over the sequences in a fixed order: the same bits at every call.
     const auto da = weight_.grad;
     Kokkos::parallel_for(
-        "kformer::VolumePreservingAttention::weight_gradient",
+        KFORMER_LABEL("kformer::VolumePreservingAttention::weight_gradient"),
         Kokkos::RangePolicy<ExecutionSpace>(exec, 0, d * d), KOKKOS_LAMBDA(const int kl) {
           T sum = T(0);
           for (int b = 0; b < batch; ++b)

@@ -110,7 +110,7 @@ class VolumePreservingTriangular {
     const int d = dim_;
     const bool lower = lower_, tanh_act = tanh_, bias = has_bias_;
     Kokkos::parallel_for(
-        "kformer::VolumePreservingTriangular::forward",
+        KFORMER_LABEL("kformer::VolumePreservingTriangular::forward"),
         Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(x.extent(0)) * d),
         KOKKOS_LAMBDA(const std::int64_t idx) {
           const std::int64_t n = idx / d;
@@ -136,7 +136,7 @@ class VolumePreservingTriangular {
     const auto b = bias_.value;
     auto g = gates_.view(rows, d);
     Kokkos::parallel_for(
-        "kformer::VolumePreservingTriangular::gates",
+        KFORMER_LABEL("kformer::VolumePreservingTriangular::gates"),
         Kokkos::RangePolicy<ExecutionSpace>(exec, 0, rows * d),
         KOKKOS_LAMBDA(const std::int64_t idx) {
           const std::int64_t n = idx / d;
@@ -151,7 +151,7 @@ class VolumePreservingTriangular {
     if (dx.data() != nullptr) {
       const bool add = dx_mode == WriteMode::Add;
       Kokkos::parallel_for(
-          "kformer::VolumePreservingTriangular::input_gradient",
+          KFORMER_LABEL("kformer::VolumePreservingTriangular::input_gradient"),
           Kokkos::RangePolicy<ExecutionSpace>(exec, 0, rows * d),
           KOKKOS_LAMBDA(const std::int64_t idx) {
             const std::int64_t n = idx / d;
@@ -171,7 +171,7 @@ class VolumePreservingTriangular {
     const auto db = bias_.grad;
     using Team = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
     Kokkos::parallel_for(
-        "kformer::VolumePreservingTriangular::parameter_gradients",
+        KFORMER_LABEL("kformer::VolumePreservingTriangular::parameter_gradients"),
         Kokkos::TeamPolicy<ExecutionSpace>(exec, n_weights + (bias ? d : 0), Kokkos::AUTO),
         KOKKOS_LAMBDA(const Team& team) {
           const int entry = team.league_rank();

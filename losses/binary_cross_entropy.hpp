@@ -42,7 +42,7 @@ class BinaryCrossEntropy {
     T* const g = d_logits.data();
     const T scale = static_cast<T>(1.0 / static_cast<double>(n));
     const auto sum = sum_(
-        exec, "kformer::losses::binary_cross_entropy", n,
+        exec, KFORMER_LABEL("kformer::losses::binary_cross_entropy"), n,
         KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
           const T zi = z[i];
           const T e = compat::math::exp(zi < T(0) ? zi : -zi);  // exp(-|z|), in (0, 1]

@@ -18,6 +18,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../backends/reduce.hpp"
+#include "../core/profiling.hpp"
 #include "../core/workspace.hpp"
 
 namespace kformer {
@@ -64,8 +65,8 @@ class DeterministicSum {
                  const Term& term, const Finish& finish) {
     const auto partial = partial_sums(exec, label, n, term);
     Kokkos::parallel_for(
-        label + "::total", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, 1),
-        KOKKOS_LAMBDA(const int) {
+        KFORMER_LABEL("kformer::deterministic_sum::total"),
+        Kokkos::RangePolicy<ExecutionSpace>(exec, 0, 1), KOKKOS_LAMBDA(const int) {
           double total[Terms] = {};
           for (int slot = 0; slot < kSlots; ++slot)
             for (int q = 0; q < Terms; ++q)

@@ -54,8 +54,8 @@ template <class ExecutionSpace>
 void check_labels(const ExecutionSpace& exec, const Where& where,
                   const Tensor1<const std::int32_t, typename ExecutionSpace::memory_space>& labels,
                   std::int64_t classes) {
-  const auto bad =
-      backends::first_outside(exec, "kformer::losses::check_labels", labels, 0, classes - 1);
+  const auto bad = backends::first_outside(exec, KFORMER_LABEL("kformer::losses::check_labels"),
+                                           labels, 0, classes - 1);
   if (bad.index < std::int64_t(labels.extent(0)))
     fail(where, "labels(", bad.index, ") = ", bad.value, " is outside [0, ", classes, ")");
 }
@@ -87,7 +87,8 @@ class Losses {
     const T* const t = target.data();
     const std::uint8_t* const m = mask.data();
     const auto sums = pair_sum_(
-        exec, "kformer::losses::masked_mse", n, KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
+        exec, KFORMER_LABEL("kformer::losses::masked_mse"), n,
+        KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
           if (m[i]) {
             const double diff = static_cast<double>(p[i]) - static_cast<double>(t[i]);
             acc[0] += diff * diff;
@@ -101,7 +102,7 @@ class Losses {
     const T scale = result.count > 0 ? static_cast<T>(2.0 / sums[1]) : T(0);
     T* const g = d_pred.data();
     Kokkos::parallel_for(
-        "kformer::losses::masked_mse_grad",
+        KFORMER_LABEL("kformer::losses::masked_mse_grad"),
         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
         KOKKOS_LAMBDA(const std::int64_t i) { g[i] = m[i] ? (p[i] - t[i]) * scale : T(0); });
     return result;
@@ -123,7 +124,8 @@ class Losses {
     const T scale = static_cast<T>(2.0 / static_cast<double>(n));
     // The gradient needs only n, so it is written by the reduction itself.
     const auto sum = scalar_sum_(
-        exec, "kformer::losses::mse", n, KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
+        exec, KFORMER_LABEL("kformer::losses::mse"), n,
+        KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
           const double diff = static_cast<double>(p[i]) - static_cast<double>(t[i]);
           acc[0] += diff * diff;
           if (g != nullptr) g[i] = (p[i] - t[i]) * scale;
@@ -150,7 +152,7 @@ class Losses {
     const double count = static_cast<double>(n);
     const Kokkos::View<double, memory_space> out = loss;
     scalar_sum_.on_device(
-        exec, where, n,
+        exec, KFORMER_LABEL("kformer::losses::mse"), n,
         KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
           const double diff = static_cast<double>(p[i]) - static_cast<double>(t[i]);
           acc[0] += diff * diff;
@@ -175,7 +177,7 @@ class Losses {
     const bool write_grad = d_logits.data() != nullptr;
     const Matrix grad = d_logits;
     const auto sum = scalar_sum_(
-        exec, "kformer::losses::cross_entropy", batch,
+        exec, KFORMER_LABEL("kformer::losses::cross_entropy"), batch,
         KOKKOS_LAMBDA(const std::int64_t b, double* acc) {
           T max = logits(b, 0);
           for (int j = 1; j < classes; ++j)
@@ -206,7 +208,7 @@ class Losses {
     check_classification(exec, where, logits, labels);
     const int classes = static_cast<int>(logits.extent(1));
     const auto sum = scalar_sum_(
-        exec, "kformer::losses::correct_count", logits.extent(0),
+        exec, KFORMER_LABEL("kformer::losses::correct_count"), logits.extent(0),
         KOKKOS_LAMBDA(const std::int64_t b, double* acc) {
           int best = 0;
           for (int j = 1; j < classes; ++j)
@@ -226,7 +228,8 @@ class Losses {
     const T* const t = target.data();
     const std::int64_t n = pred.size();
     const auto sums = pair_sum_(
-        exec, "kformer::losses::error_sums", n, KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
+        exec, KFORMER_LABEL("kformer::losses::error_sums"), n,
+        KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
           const double diff = static_cast<double>(p[i]) - static_cast<double>(t[i]);
           acc[0] += diff * diff;
           acc[1] += diff < 0 ? -diff : diff;

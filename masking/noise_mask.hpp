@@ -59,8 +59,8 @@ void check_lengths(
     const ExecutionSpace& exec, const Where& where,
     const Tensor1<const std::int32_t, typename ExecutionSpace::memory_space>& lengths,
     std::int64_t seq) {
-  const auto bad =
-      backends::first_outside(exec, "kformer::masking::check_lengths", lengths, 0, seq);
+  const auto bad = backends::first_outside(exec, KFORMER_LABEL("kformer::masking::check_lengths"),
+                                           lengths, 0, seq);
   if (bad.index < std::int64_t(lengths.extent(0)))
     fail(where, "lengths(", bad.index, ") = ", bad.value, " is outside [0, ", seq, "]");
 }
@@ -153,7 +153,7 @@ class NoiseMask {
     // One thread per chain (series, variable), the variable fastest, so that the threads' writes
     // at a step are adjacent bytes; each walks its chain in time.
     Kokkos::parallel_for(
-        "kformer::masking::noise_mask",
+        KFORMER_LABEL("kformer::masking::noise_mask"),
         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0,
                                                                              batch * features),
         KOKKOS_LAMBDA(const std::int64_t chain) {
@@ -191,7 +191,7 @@ class NoiseMask {
     const auto excluded = excluded_;
     const std::int32_t n_flags = static_cast<std::int32_t>(excluded_.extent(0));
     Kokkos::parallel_for(
-        "kformer::masking::forecast_mask",
+        KFORMER_LABEL("kformer::masking::forecast_mask"),
         Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>(
             exec, {0, 0, 0},
             {static_cast<std::int64_t>(mask.extent(0)), static_cast<std::int64_t>(mask.extent(1)),
@@ -241,7 +241,7 @@ void apply_noise_mask(
   check_shape(where, "lengths", lengths, {static_cast<std::int64_t>(x.extent(0))});
   detail::check_lengths(exec, where, lengths, static_cast<std::int64_t>(x.extent(1)));
   Kokkos::parallel_for(
-      "kformer::masking::apply_noise_mask",
+      KFORMER_LABEL("kformer::masking::apply_noise_mask"),
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>(
           exec, {0, 0, 0},
           {static_cast<std::int64_t>(x.extent(0)), static_cast<std::int64_t>(x.extent(1)),

@@ -31,6 +31,7 @@
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
+#include "../layers/elementwise.hpp"
 #include "../layers/feed_forward.hpp"
 #include "../layers/layer_norm.hpp"
 #include "../layers/linear.hpp"
@@ -113,7 +114,7 @@ class Sequential {
       layer.visit_parameters([&](const std::string& n, auto& p) { f(prefix + n, p); });
     });
   }
-  void zero_grad(const ExecutionSpace& exec) { Kokkos::deep_copy(exec, parameters_.grads(), T(0)); }
+  void zero_grad(const ExecutionSpace& exec) { fill(exec, T(0), parameters_.grads()); }
   std::int64_t buffer_bytes() const {
     std::int64_t bytes = std::int64_t(grads_[0].bytes() + grads_[1].bytes() + scratch_.bytes());
     for (const auto& o : outputs_)

@@ -29,6 +29,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../core/error.hpp"
+#include "../core/profiling.hpp"
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
@@ -66,7 +67,7 @@ void masked_mean(const ExecutionSpace& exec, const H& h, const Padding& padding,
   const int batch = h.extent(0), peaks = h.extent(1), d = h.extent(2);
   using T = typename P::non_const_value_type;
   Kokkos::parallel_for(
-      "kformer::SpectrumTransformer::masked_mean",
+      KFORMER_LABEL("kformer::SpectrumTransformer::masked_mean"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(batch) * d),
       KOKKOS_LAMBDA(const std::int64_t idx) {
         const int b = idx / d, k = idx % d;
@@ -88,7 +89,7 @@ void masked_mean_backward(const ExecutionSpace& exec, const DP& dp, const Paddin
   const int batch = dh.extent(0), peaks = dh.extent(1), d = dh.extent(2);
   using T = typename DH::non_const_value_type;
   Kokkos::parallel_for(
-      "kformer::SpectrumTransformer::masked_mean_backward",
+      KFORMER_LABEL("kformer::SpectrumTransformer::masked_mean_backward"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(batch) * peaks * d),
       KOKKOS_LAMBDA(const std::int64_t idx) {
         const int b = idx / (peaks * d), s = (idx / d) % peaks, k = idx % d;
@@ -106,7 +107,7 @@ void scaled_copy(const ExecutionSpace& exec, double scale, const X& x, const Y& 
   using T = typename Y::non_const_value_type;
   const T s = static_cast<T>(scale);
   Kokkos::parallel_for(
-      "kformer::SpectrumTransformer::scale_intensity",
+      KFORMER_LABEL("kformer::SpectrumTransformer::scale_intensity"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(rows) * cols),
       KOKKOS_LAMBDA(const std::int64_t idx) {
         y(idx / cols, idx % cols) = s * x(idx / cols, idx % cols);

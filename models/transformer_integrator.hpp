@@ -25,6 +25,7 @@
 
 #include "../core/error.hpp"
 #include "../core/parameter_buffer.hpp"
+#include "../core/profiling.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
 #include "../core/workspace.hpp"
@@ -132,7 +133,7 @@ void gather_windows(const ExecutionSpace& exec, const Trajectories& trajectories
   const int n = x.extent(0), seq = x.extent(1), d = x.extent(2);
   const int window = target.extent(0) / (n > 0 ? n : 1);
   Kokkos::parallel_for(
-      "kformer::TransformerIntegrator::gather",
+      KFORMER_LABEL("kformer::TransformerIntegrator::gather"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(n) * (seq + window) * d),
       KOKKOS_LAMBDA(const std::int64_t idx) {
         const int b = idx / ((seq + window) * d), r = (idx / d) % (seq + window), k = idx % d;
@@ -150,7 +151,7 @@ template <class ExecutionSpace, class Y, class Rows>
 void last_rows(const ExecutionSpace& exec, const Y& y, int window, const Rows& rows) {
   const int n = y.extent(0), seq = y.extent(1), d = y.extent(2);
   Kokkos::parallel_for(
-      "kformer::TransformerIntegrator::last_rows",
+      KFORMER_LABEL("kformer::TransformerIntegrator::last_rows"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(n) * window * d),
       KOKKOS_LAMBDA(const std::int64_t idx) {
         const int b = idx / (window * d), r = (idx / d) % window, k = idx % d;
@@ -164,7 +165,7 @@ void into_last_rows(const ExecutionSpace& exec, const Rows& rows, const DY& dy) 
   const int n = dy.extent(0), seq = dy.extent(1), d = dy.extent(2);
   const int window = rows.extent(0) / (n > 0 ? n : 1);
   Kokkos::parallel_for(
-      "kformer::TransformerIntegrator::into_last_rows",
+      KFORMER_LABEL("kformer::TransformerIntegrator::into_last_rows"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(n) * seq * d),
       KOKKOS_LAMBDA(const std::int64_t idx) {
         const int b = idx / (seq * d), r = (idx / d) % seq, k = idx % d;
@@ -254,7 +255,7 @@ class TransformerIntegrator {
     const std::int64_t count = check_trajectories("loss", trajectories);
     auto device_order = order_.view(count);
     Kokkos::parallel_for(
-        "kformer::TransformerIntegrator::identity_order",
+        KFORMER_LABEL("kformer::TransformerIntegrator::identity_order"),
         Kokkos::RangePolicy<ExecutionSpace>(exec, 0, count),
         KOKKOS_LAMBDA(const std::int64_t i) { device_order(i) = i; });
     double sum = 0;
@@ -284,7 +285,7 @@ class TransformerIntegrator {
     const RunContext ctx{false, 0, false};
     for (std::int64_t s = seq; s < steps; s += window) {
       Kokkos::parallel_for(
-          "kformer::TransformerIntegrator::rollout_window",
+          KFORMER_LABEL("kformer::TransformerIntegrator::rollout_window"),
           Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(count) * seq * d),
           KOKKOS_LAMBDA(const std::int64_t idx) {
             const int t = idx / (seq * d), r = (idx / d) % seq, k = idx % d;
@@ -293,7 +294,7 @@ class TransformerIntegrator {
       run_network(exec, ctx, x, y);
       const int take = static_cast<int>(std::min<std::int64_t>(window, steps - s));
       Kokkos::parallel_for(
-          "kformer::TransformerIntegrator::rollout_append",
+          KFORMER_LABEL("kformer::TransformerIntegrator::rollout_append"),
           Kokkos::RangePolicy<ExecutionSpace>(exec, 0, std::int64_t(count) * take * d),
           KOKKOS_LAMBDA(const std::int64_t idx) {
             const int t = idx / (take * d), r = (idx / d) % take, k = idx % d;

@@ -47,7 +47,7 @@ template <class ExecutionSpace, class Keep, class Kpm>
 void key_padding_mask_from_keep(const ExecutionSpace& exec, const Keep& keep, const Kpm& kpm) {
   const int seq = keep.extent(1);
   Kokkos::parallel_for(
-      "kformer::tst::key_padding_mask",
+      KFORMER_LABEL("kformer::tst::key_padding_mask"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, int(keep.extent(0)) * seq),
       KOKKOS_LAMBDA(const int i) { kpm(i / seq, i % seq) = keep(i / seq, i % seq) == 0; });
 }
@@ -58,7 +58,7 @@ void zero_padded_steps(const ExecutionSpace& exec, const Keep& keep, const A& a)
   using T = typename A::non_const_value_type;
   const int seq = a.extent(1), d = a.extent(2);
   Kokkos::parallel_for(
-      "kformer::tst::zero_padding",
+      KFORMER_LABEL("kformer::tst::zero_padding"),
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<3>>(exec, {0, 0, 0},
                                                              {int(a.extent(0)), seq, d}),
       KOKKOS_LAMBDA(const int b, const int s, const int j) {
@@ -73,7 +73,7 @@ void pooled_representations(const ExecutionSpace& exec, Activation act, const Ke
   using T = typename Steps::non_const_value_type;
   const int batch = z.extent(0), seq = z.extent(1), d = z.extent(2);
   Kokkos::parallel_for(
-      "kformer::tst::representations",
+      KFORMER_LABEL("kformer::tst::representations"),
       Kokkos::MDRangePolicy<ExecutionSpace, Kokkos::Rank<2>>(exec, {0, 0}, {batch, d}),
       KOKKOS_LAMBDA(const int b, const int j) {
         T sum = 0;

@@ -156,7 +156,7 @@ class Optimizer {
     const Vector m = exp_avg_, v = exp_avg_sq_;
 
     Kokkos::parallel_for(
-        "kformer::optimizer::step",
+        KFORMER_LABEL("kformer::optimizer::step"),
         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, size()),
         KOKKOS_LAMBDA(const std::int64_t i) {
           T p = params(i);
@@ -193,8 +193,8 @@ double global_norm(const ExecutionSpace& exec,
                    DeterministicSum<ExecutionSpace, 1>& workspace) {
   const T* const g = grads.data();
   const auto sum = workspace(
-      exec, "kformer::optimizer::global_norm", static_cast<std::int64_t>(grads.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
+      exec, KFORMER_LABEL("kformer::optimizer::global_norm"),
+      static_cast<std::int64_t>(grads.extent(0)), KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
         const double gi = static_cast<double>(g[i]);
         acc[0] += gi * gi;
       });
@@ -219,7 +219,7 @@ double clip_grad_norm(const ExecutionSpace& exec,
   const T scale = static_cast<T>(clip_coef);
   T* const g = grads.data();
   Kokkos::parallel_for(
-      "kformer::optimizer::clip_grad_norm",
+      KFORMER_LABEL("kformer::optimizer::clip_grad_norm"),
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
           exec, 0, static_cast<std::int64_t>(grads.extent(0))),
       KOKKOS_LAMBDA(const std::int64_t i) { g[i] = g[i] * scale; });

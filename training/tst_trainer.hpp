@@ -94,7 +94,8 @@ double l2_penalty(const ExecutionSpace& exec, const T* w, T* g, std::int64_t n, 
                   DeterministicSum<ExecutionSpace, 1>& workspace) {
   const T two_l2 = static_cast<T>(2 * l2);
   const auto sums = workspace(
-      exec, "kformer::trainer::output_l2", n, KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
+      exec, KFORMER_LABEL("kformer::trainer::output_l2"), n,
+      KOKKOS_LAMBDA(const std::int64_t i, double* acc) {
         acc[0] += double(w[i]) * double(w[i]);
         g[i] += two_l2 * w[i];
       });
@@ -106,7 +107,7 @@ template <class ExecutionSpace, class T, class MemorySpace>
 void scale(const ExecutionSpace& exec, const Tensor2<T, MemorySpace>& v, T factor) {
   T* const data = v.data();
   Kokkos::parallel_for(
-      "kformer::trainer::scale",
+      KFORMER_LABEL("kformer::trainer::scale"),
       Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0,
                                                                            std::int64_t(v.size())),
       KOKKOS_LAMBDA(const std::int64_t i) { data[i] *= factor; });

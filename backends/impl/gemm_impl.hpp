@@ -13,6 +13,7 @@
 #include <KokkosBlas3_gemm.hpp>
 #endif
 
+#include "../../core/profiling.hpp"
 #include "gemm_native.hpp"
 #include "host_blas.hpp"
 
@@ -41,7 +42,7 @@ void reproducible_host_gemm(const ExecutionSpace& exec, bool trans_a, bool trans
   const HostBlasThreads threads(exec);
   // Host code calling BLAS inside a host parallel loop: only instantiated for host spaces.
   Kokkos::parallel_for(
-      "kformer::gemm::reproducible_blas",
+      KFORMER_LABEL("kformer::gemm::reproducible_blas"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, tiles_m * tiles_n), [=](const int tile) {
         const int r0 = (tile / tiles_n) * kReproducibleTileRows;
         const int c0 = (tile % tiles_n) * kReproducibleTileCols;
@@ -110,8 +111,8 @@ bool partitioned_host_gemm(const ExecutionSpace& exec, bool trans_a, bool trans_
   const HostBlasThreads blas_threads(exec);
   // Host code calling BLAS inside a host parallel loop: only instantiated for host spaces.
   Kokkos::parallel_for(
-      "kformer::gemm::partitioned_blas", Kokkos::RangePolicy<ExecutionSpace>(exec, 0, p.blocks),
-      [=](const int block) {
+      KFORMER_LABEL("kformer::gemm::partitioned_blas"),
+      Kokkos::RangePolicy<ExecutionSpace>(exec, 0, p.blocks), [=](const int block) {
         const int first = block * length;
         const int count = extent - first < length ? extent - first : length;
         if (by_rows) {  // rows first.. of op(A) and of C
@@ -148,7 +149,7 @@ void gemm(const ExecutionSpace& exec, bool trans_a, bool trans_b, T alpha, const
     const value_type scale = static_cast<value_type>(beta);
     value_type* data = c.data();
     Kokkos::parallel_for(
-        "kformer::gemm::scale_c",
+        KFORMER_LABEL("kformer::gemm::scale_c"),
         Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(
             exec, 0, static_cast<std::int64_t>(c.size())),
         KOKKOS_LAMBDA(const std::int64_t i) {
@@ -168,6 +169,17 @@ void gemm(const ExecutionSpace& exec, bool trans_a, bool trans_b, T alpha, const
     if (partitioned_host_gemm(exec, trans_a, trans_b, static_cast<value_type>(alpha), a, b,
                               static_cast<value_type>(beta), c))
       return;
+    // One BLAS call, threaded by the BLAS, as Kokkos Kernels' BLAS specialisation makes it, but
+    // without its wrapper, which names a profiling region with a std::string on the heap at every
+    // call. Host execution spaces run kernels to completion before returning, so the call is
+    // ordered after the caller's work without a fence.
+    const HostBlasThreads threads(exec);
+    blas_gemm_row_major(trans_a, trans_b, static_cast<int>(c.extent(0)),
+                        static_cast<int>(c.extent(1)), static_cast<int>(k),
+                        static_cast<value_type>(alpha), a.data(), static_cast<int>(a.extent(1)),
+                        b.data(), static_cast<int>(b.extent(1)), static_cast<value_type>(beta),
+                        c.data(), static_cast<int>(c.extent(1)));
+    return;
   }
 #endif
 #if KFORMER_ENABLE_KOKKOS_KERNELS

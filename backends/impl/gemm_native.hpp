@@ -13,6 +13,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "../../core/profiling.hpp"
+
 namespace kformer::backends::impl {
 
 template <class ExecutionSpace, class T>
@@ -91,7 +93,7 @@ void native_gemm(const ExecutionSpace& exec, bool trans_a, bool trans_b, T alpha
   const int tiles_m = (m + tile - 1) / tile, tiles_n = (n + tile - 1) / tile;
   const Kernel kernel{a, b, c, lda, ldb, ldc, m, n, k, trans_a, trans_b, alpha, beta, tiles_n};
   typename Kernel::policy_type policy(exec, tiles_m * tiles_n, Kokkos::AUTO);
-  Kokkos::parallel_for("kformer::gemm::native",
+  Kokkos::parallel_for(KFORMER_LABEL("kformer::gemm::native"),
                        policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes())),
                        kernel);
 }

@@ -15,6 +15,7 @@
 
 #include "../../core/error.hpp"
 #include "../../core/layer.hpp"
+#include "../../core/profiling.hpp"
 #include "../../core/run_context.hpp"
 #include "../../core/tensor.hpp"
 #include "../elementwise.hpp"
@@ -46,7 +47,7 @@ void positional_encoding(const ExecutionSpace& exec, const Tensor2<T, M>& pe,
   if (!pe.span_is_contiguous()) fail(where, "pe must be contiguous (an unpadded LayoutRight View)");
   const Tensor3<T, M> pe3 = as_batch(pe);
   impl::PositionalEncodingFunctor<T, ExecutionSpace, false>::launch(
-      "kformer::positional_encoding::matrix", exec, pe3, pe3, sinusoid,
+      KFORMER_LABEL("kformer::positional_encoding::matrix"), exec, pe3, pe3, sinusoid,
       static_cast<double>(options.first_position));
 }
 
@@ -98,7 +99,7 @@ class PositionalEncoding {
     check_shape(where, "x", x, {-1, -1, dim()});
     check_shape(where, "y", y, extents_of(x));
     impl::PositionalEncodingFunctor<T, ExecutionSpace, true>::launch(
-        "kformer::positional_encoding::add", exec, x, y, sinusoid_, first_position(),
+        KFORMER_LABEL("kformer::positional_encoding::add"), exec, x, y, sinusoid_, first_position(),
         static_cast<T>(options_.input_scale));
   }
   // A single (seq, dim) sequence, as a batch of one.

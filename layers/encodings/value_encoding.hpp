@@ -25,6 +25,7 @@
 #include "../../core/compat.hpp"
 #include "../../core/error.hpp"
 #include "../../core/layer.hpp"
+#include "../../core/profiling.hpp"
 #include "../../core/run_context.hpp"
 #include "../../core/tensor.hpp"
 #include "../elementwise.hpp"
@@ -75,8 +76,8 @@ class ValueEncoding {
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_shape(where, "y", y, extents_of(x));
     check_finite(where, exec, values);
-    impl::value_encoding_apply<true>("kformer::value_encoding::add", exec, sinusoid_, frequencies(),
-                                     frequency_parts(), values, x, y);
+    impl::value_encoding_apply<true>(KFORMER_LABEL("kformer::value_encoding::add"), exec, sinusoid_,
+                                     frequencies(), frequency_parts(), values, x, y);
   }
 
   // y = enc(values).   y: (batch, seq, dim)
@@ -85,8 +86,9 @@ class ValueEncoding {
     check_shape(where, "y", y,
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_finite(where, exec, values);
-    impl::value_encoding_apply<false>("kformer::value_encoding::encode", exec, sinusoid_,
-                                      frequencies(), frequency_parts(), values, ConstTensor3(y), y);
+    impl::value_encoding_apply<false>(KFORMER_LABEL("kformer::value_encoding::encode"), exec,
+                                      sinusoid_, frequencies(), frequency_parts(), values,
+                                      ConstTensor3(y), y);
   }
 
   // dx = dy (the encoding does not depend on x), += with WriteMode::Add. Nothing to do when dx

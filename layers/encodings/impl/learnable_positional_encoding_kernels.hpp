@@ -10,6 +10,7 @@
 #include "../../../backends/for_each.hpp"
 #include "../../../backends/streaming_store.hpp"
 #include "../../../core/compat.hpp"
+#include "../../../core/profiling.hpp"
 #include "../../../core/tensor.hpp"
 
 namespace kformer::impl {
@@ -54,7 +55,7 @@ void learnable_pe_forward(const ExecutionSpace& exec, const Tensor3<const T, M>&
   if constexpr (!backends::runs_on_host<ExecutionSpace>) {
     constexpr int kGroup = 4;
     Kokkos::parallel_for(
-        "kformer::learnable_pe::forward", FlatPolicy<ExecutionSpace>(exec, 0, n),
+        KFORMER_LABEL("kformer::learnable_pe::forward"), FlatPolicy<ExecutionSpace>(exec, 0, n),
         KOKKOS_LAMBDA(const std::int64_t k) {
           const T t = table[k];
           for (int b0 = 0; b0 < batch; b0 += kGroup) {
@@ -70,7 +71,7 @@ void learnable_pe_forward(const ExecutionSpace& exec, const Tensor3<const T, M>&
     const std::int64_t chunk = kHostTableChunk<T>;
     const bool streaming = backends::use_streaming_stores(yp, xp, y.span() * sizeof(T));
     Kokkos::parallel_for(
-        "kformer::learnable_pe::forward",
+        KFORMER_LABEL("kformer::learnable_pe::forward"),
         Kokkos::TeamPolicy<ExecutionSpace>(exec, (n + chunk - 1) / chunk, 1),
         KOKKOS_LAMBDA(const member_type& team) {
           const std::int64_t begin = team.league_rank() * chunk;
@@ -94,7 +95,7 @@ void learnable_pe_forward_interpolated(const ExecutionSpace& exec, const Tensor3
   const int batch = y.extent(0), seq = y.extent(1), dim = y.extent(2);
   const int max_len = pe.extent(0);
   Kokkos::parallel_for(
-      "kformer::learnable_pe::forward_interpolated",
+      KFORMER_LABEL("kformer::learnable_pe::forward_interpolated"),
       FlatPolicy<ExecutionSpace>(exec, 0, std::int64_t(seq) * dim),
       KOKKOS_LAMBDA(const std::int64_t i) {
         const int p = static_cast<int>(i / dim), j = static_cast<int>(i % dim);
@@ -129,7 +130,7 @@ void learnable_pe_backward(const ExecutionSpace& exec, const Tensor3<const T, M>
   if constexpr (!backends::runs_on_host<ExecutionSpace>) {
     constexpr int kGroup = 4;
     Kokkos::parallel_for(
-        "kformer::learnable_pe::backward", FlatPolicy<ExecutionSpace>(exec, 0, n),
+        KFORMER_LABEL("kformer::learnable_pe::backward"), FlatPolicy<ExecutionSpace>(exec, 0, n),
         KOKKOS_LAMBDA(const std::int64_t k) {
           T sum = 0;
           for (int b0 = 0; b0 < batch; b0 += kGroup) {
@@ -151,7 +152,7 @@ void learnable_pe_backward(const ExecutionSpace& exec, const Tensor3<const T, M>
     const std::size_t bytes = Scratch::shmem_size(chunk);
     const int level = backends::team_scratch_level<ExecutionSpace>(bytes);
     Kokkos::parallel_for(
-        "kformer::learnable_pe::backward",
+        KFORMER_LABEL("kformer::learnable_pe::backward"),
         policy_type(exec, (n + chunk - 1) / chunk, 1)
             .set_scratch_size(level, Kokkos::PerTeam(bytes)),
         KOKKOS_LAMBDA(const member_type& team) {
@@ -209,7 +210,7 @@ void learnable_pe_backward(const ExecutionSpace& exec, const Tensor3<const T, M>
   const std::int64_t tail = dx_stride - n;  // per batch element, after its first n entries
   if (tail > 0)
     backends::for_each_index(
-        exec, "kformer::learnable_pe::backward_truncated", batch * tail,
+        exec, KFORMER_LABEL("kformer::learnable_pe::backward_truncated"), batch * tail,
         KOKKOS_LAMBDA(const std::int64_t i) { dxp[i / tail * dx_stride + n + i % tail] = T(0); });
 }
 
@@ -220,7 +221,7 @@ void learnable_pe_backward_interpolated(const ExecutionSpace& exec, const Tensor
                                         const Tensor2<T, M>& grad, int seq) {
   const int batch = dy.extent(0), dim = dy.extent(2), max_len = grad.extent(0);
   Kokkos::parallel_for(
-      "kformer::learnable_pe::backward_interpolated",
+      KFORMER_LABEL("kformer::learnable_pe::backward_interpolated"),
       FlatPolicy<ExecutionSpace>(exec, 0, std::int64_t(max_len) * dim),
       KOKKOS_LAMBDA(const std::int64_t i) {
         const int r = static_cast<int>(i / dim), j = static_cast<int>(i % dim);

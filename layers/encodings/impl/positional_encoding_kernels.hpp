@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include <Kokkos_Core.hpp>
 
@@ -224,7 +225,7 @@ struct PositionalEncodingFunctor {
   }
 
   // Launches the kernel on exec. x may be y itself (in place).
-  static void launch(const char* label, const ExecutionSpace& exec,
+  static void launch(const std::string& label, const ExecutionSpace& exec,
                      const Kokkos::View<const T***, Kokkos::LayoutRight, memory_space>& x,
                      const Kokkos::View<T***, Kokkos::LayoutRight, memory_space>& y,
                      const Sinusoid& sinusoid, double first_position, T input_scale = T(1)) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -13,6 +14,7 @@
 #include "../../../backends/streaming_store.hpp"
 #include "../../../core/compat.hpp"
 #include "../../../core/math.hpp"
+#include "../../../core/profiling.hpp"
 #include "../../../core/tensor.hpp"
 #include "../sinusoid.hpp"
 
@@ -28,7 +30,7 @@ void value_encoding_frequencies(const ExecutionSpace& exec, const Sinusoid& s,
                                 const Kokkos::View<double*, M>& w,
                                 const Kokkos::View<float**, Kokkos::LayoutRight, M>& w_parts) {
   Kokkos::parallel_for(
-      "kformer::value_encoding::frequencies",
+      KFORMER_LABEL("kformer::value_encoding::frequencies"),
       Kokkos::RangePolicy<ExecutionSpace>(exec, 0, s.n_freq), KOKKOS_LAMBDA(const int i) {
         w(i) = s.frequency(i);
         w_parts(0, i) = static_cast<float>(w(i));
@@ -118,7 +120,7 @@ KOKKOS_INLINE_FUNCTION void write_value_frequencies(const Sinusoid& s, const Fre
 // the next (0.56x), and adding the input while computing so that only scratch is streamed (0.68x).
 // GPUs: a thread per (token, frequency).
 template <bool kAddInput, class ExecutionSpace, class T, class M>
-void value_encoding_apply(const char* label, const ExecutionSpace& exec, const Sinusoid& s,
+void value_encoding_apply(const std::string& label, const ExecutionSpace& exec, const Sinusoid& s,
                           const Kokkos::View<const double*, M>& w,
                           const Kokkos::View<const float**, Kokkos::LayoutRight, M>& w_parts,
                           const Tensor2<const T, M>& values, const Tensor3<const T, M>& x,
@@ -226,7 +228,7 @@ void value_encoding_backward_values(const ExecutionSpace& exec, const Sinusoid& 
                                     const Tensor3<const T, M>& dy, const Tensor2<T, M>& dvalues) {
   const int seq = values.extent(1);
   Kokkos::parallel_for(
-      "kformer::value_encoding::backward_values",
+      KFORMER_LABEL("kformer::value_encoding::backward_values"),
       TokenPolicy<ExecutionSpace>(exec, 0, std::int64_t(values.extent(0)) * seq),
       KOKKOS_LAMBDA(const std::int64_t token) {
         const int b = static_cast<int>(token / seq), p = static_cast<int>(token % seq);
@@ -247,7 +249,7 @@ std::int64_t first_non_finite(const ExecutionSpace& exec, const Tensor2<const T,
   const int seq = values.extent(1);
   std::int64_t first_bad = std::numeric_limits<std::int64_t>::max();
   Kokkos::parallel_reduce(
-      "kformer::value_encoding::check_finite",
+      KFORMER_LABEL("kformer::value_encoding::check_finite"),
       TokenPolicy<ExecutionSpace>(exec, 0, std::int64_t(values.extent(0)) * seq),
       KOKKOS_LAMBDA(const std::int64_t k, std::int64_t& bad) {
         const T v = values(k / seq, k % seq);

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -38,6 +39,7 @@
 #include "../../../core/compat.hpp"
 #include "../../../core/error.hpp"
 #include "../../../core/math.hpp"
+#include "../../../core/profiling.hpp"
 #include "../../dropout.hpp"
 
 namespace kformer::impl::flash {
@@ -398,7 +400,7 @@ void row_dots(const ExecutionSpace& exec, const Problem<T, KeyMask, AttnMask>& p
   const T* const d_o = g.d_context;
   T* const out = g.row_dot;
   backends::for_each_index(
-      exec, "kformer::attention::row_dots", std::int64_t(p.batch) * heads * seq,
+      exec, KFORMER_LABEL("kformer::attention::row_dots"), std::int64_t(p.batch) * heads * seq,
       KOKKOS_LAMBDA(const std::int64_t row) {
         const int i = static_cast<int>(row % seq);
         const std::int64_t bh = row / seq;
@@ -657,7 +659,7 @@ void with_width(int dh, F&& f) {
 
 // Runs pass Kernel (a team per block of shape.rows rows of every (b, h)).
 template <class Kernel, class ExecutionSpace>
-void launch(const ExecutionSpace& exec, const char* label, int seq, int bh, Kernel kernel) {
+void launch(const ExecutionSpace& exec, const std::string& label, int seq, int bh, Kernel kernel) {
   const Shape shape = shape_for(
       exec, seq, std::int64_t(bh) * seq,
       [](int rows, int tile, int parts) { return Kernel::scratch_bytes(rows, tile, parts); });
@@ -677,7 +679,8 @@ template <class ExecutionSpace, class T, class KeyMask, class AttnMask>
 void forward(const ExecutionSpace& exec, const Problem<T, KeyMask, AttnMask>& p) {
   with_width(p.head_dim(), [&](auto width) {
     using F = Forward<ExecutionSpace, T, decltype(width)::value, KeyMask, AttnMask>;
-    launch(exec, "kformer::attention::flash_forward", p.seq, p.batch * p.heads, F{p, {}, 0});
+    launch(exec, KFORMER_LABEL("kformer::attention::flash_forward"), p.seq, p.batch * p.heads,
+           F{p, {}, 0});
   });
 }
 
@@ -690,11 +693,11 @@ void backward(const ExecutionSpace& exec, const Problem<T, KeyMask, AttnMask>& p
   with_width(p.head_dim(), [&](auto width) {
     constexpr int W = decltype(width)::value;
     using K = BackwardKeys<ExecutionSpace, T, W, KeyMask, AttnMask>;
-    launch(exec, "kformer::attention::flash_backward_keys", p.seq, p.batch * p.heads,
+    launch(exec, KFORMER_LABEL("kformer::attention::flash_backward_keys"), p.seq, p.batch * p.heads,
            K{p, g, {}, 0});
     using Q = BackwardQueries<ExecutionSpace, T, W, KeyMask, AttnMask>;
-    launch(exec, "kformer::attention::flash_backward_queries", p.seq, p.batch * p.heads,
-           Q{p, g, {}, 0});
+    launch(exec, KFORMER_LABEL("kformer::attention::flash_backward_queries"), p.seq,
+           p.batch * p.heads, Q{p, g, {}, 0});
   });
 }
 
@@ -705,8 +708,8 @@ void probabilities(const ExecutionSpace& exec, const Problem<T, KeyMask, AttnMas
   const int heads = p.heads, seq = p.seq, dh = p.head_dim();
   const T minus_inf = p.neg_inf;
   backends::for_each_index(
-      exec, "kformer::attention::probabilities", std::int64_t(p.batch) * heads * seq * seq,
-      KOKKOS_LAMBDA(const std::int64_t e) {
+      exec, KFORMER_LABEL("kformer::attention::probabilities"),
+      std::int64_t(p.batch) * heads * seq * seq, KOKKOS_LAMBDA(const std::int64_t e) {
         const std::int64_t row = e / seq;
         const int j = static_cast<int>(e % seq), i = static_cast<int>(row % seq);
         const std::int64_t bh = row / seq;

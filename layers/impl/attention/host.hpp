@@ -20,6 +20,7 @@
 
 #include "../../../backends/for_each.hpp"
 #include "../../../backends/impl/host_blas.hpp"
+#include "../../../core/profiling.hpp"
 #include "host_products.hpp"
 #include "host_softmax.hpp"
 
@@ -79,7 +80,7 @@ void attention_forward_host(const ExecutionSpace& exec, const AttentionBuffers<T
   const backends::impl::HostBlasThreads blas_threads(exec);
   // Host code calling BLAS inside a host parallel loop: only instantiated for host spaces.
   Kokkos::parallel_for(
-      "kformer::attention::forward_host",
+      KFORMER_LABEL("kformer::attention::forward_host"),
       policy_type(exec, buf.batch * heads * blocks, 1)
           .set_scratch_size(level, Kokkos::PerTeam(scratch_bytes)),
       [=](const typename policy_type::member_type& team) {
@@ -135,7 +136,7 @@ void attention_backward_host(const ExecutionSpace& exec, const AttentionBuffers<
   const int level = backends::team_scratch_level<ExecutionSpace>(scratch_bytes);
   const backends::impl::HostBlasThreads blas_threads(exec);
   Kokkos::parallel_for(
-      "kformer::attention::backward_host",
+      KFORMER_LABEL("kformer::attention::backward_host"),
       policy_type(exec, buf.batch * heads, 1)
           .set_scratch_size(level, Kokkos::PerTeam(scratch_bytes)),
       [=](const typename policy_type::member_type& team) {
