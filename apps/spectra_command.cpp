@@ -313,6 +313,7 @@ VariantResult train_variant(const Space& exec, const SpectraCliOptions& o, const
   mo.intensity_encoding = name == "full" || name == "no-positional-encoding";
   mo.seed = derive_seed(o.seed, "model");  // the same initial weights for every variant
   SpectrumTransformer<T, Space> model(exec, mo);
+  model.set_finite_checks(true);  // a peak that T cannot hold is an error, not NaN logits
   ParameterBuffer<T, M> parameters;
   parameters.gather(exec, model);
   Optimizer<T, Space> adam(exec, parameters.values().extent(0), OptimizerOptions{});
@@ -510,6 +511,7 @@ void run_action(const Space& exec, const SpectraCliOptions& o) {
   const std::string where = std::string(kWhere) + " " + o.action;
   const SpectrumCheckpointInfo info = read_spectrum_checkpoint_info(o.checkpoint);
   SpectrumTransformer<T, Space> model(exec, info.model);
+  model.set_finite_checks(true);  // a peak that T cannot hold is an error, not NaN outputs
   load_spectrum_checkpoint(exec, o.checkpoint, model);
   const auto spectra = read_spectra(o.data, o);
   if (spectra.empty()) fail(where, "no spectra in ", o.data);

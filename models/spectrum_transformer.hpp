@@ -166,6 +166,13 @@ class SpectrumTransformer {
     output_.zero_grad(exec);
   }
 
+  // Whether embed() first checks that the m/z and intensities are finite, naming the first that
+  // is not (off by default: a reduction read back on the host per call).
+  void set_finite_checks(bool on) {
+    mz_encoding_.set_finite_checks(on);
+    intensity_encoding_.set_finite_checks(on);
+  }
+
   // logits (batch, outputs) of the spectra in mz, intensity, padding (batch, peaks).
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstMatrix& mz,
                const ConstMatrix& intensity, const Mask& padding, const Matrix& logits) {

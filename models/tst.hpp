@@ -208,7 +208,8 @@ class TimeSeriesTransformer {
     constexpr const char* where = "kformer::TimeSeriesTransformer::forward";
     const ProfilingRegion region(where);
     check_inputs(where, x, keep);
-    require_finite(exec, x, where, "x (missing values must be filled before the model)");
+    if (check_finite_)
+      require_finite(exec, x, where, "x (missing values must be filled before the model)");
     const int batch = x.extent(0), seq = x.extent(1), d = config_.d_model;
     check_shape(where, "out", out, output_shape(batch, seq));
     batch_ = batch;
@@ -241,8 +242,10 @@ class TimeSeriesTransformer {
     check(exec, out, "output_layer", "forward");
   }
 
-  // Training guard: with checks on, forward and backward verify every block's output and input
+  // Finite checks, off by default (each is a reduction read back on the host): with them on,
+  // forward verifies its input x, and forward and backward every block's output and input
   // gradient and the parameter gradients, and stop with the first one holding a NaN or Inf.
+  // The trainer checks each batch's values on the host as it gathers them.
   void set_finite_checks(bool on) {
     check_finite_ = on;
     encoder_.set_finite_checks(on);

@@ -67,6 +67,18 @@ std::vector<double> parameters_of(TimeSeriesTransformer<float, Space>& model) {
 
 }  // namespace
 
+TEST_CASE("The trainer refuses an infinite value in a batch, naming the series, step and feature",
+          "[training][errors]") {
+  auto train = small_set(16, 1);
+  train.values[(3 * train.max_len + 2) * train.n_features + 1] =
+      std::numeric_limits<float>::infinity();
+  TimeSeriesTransformer<float, Space> model(Space(), small_config(train, TstTask::Imputation));
+  TstTrainer<float, Space> trainer(Space(), model, small_training(), train);
+  CHECK_THROWS_WITH(
+      trainer.evaluate(Space(), train),
+      ContainsText("kformer::TstTrainer: series 3 holds inf at time step 2, feature 1"));
+}
+
 TEST_CASE("Pretraining scores only masked, observed values and lowers the masked MSE",
           "[training]") {
   auto train = small_set(48, 1);
@@ -313,9 +325,14 @@ TEST_CASE(
   CHECK_THROWS_WITH(model.forward(Space(), RunContext{true, 0}, x, keep, out),
                     ContainsText("non-finite value") &&
                         ContainsText("transformer_encoder.layers.1.ff (forward)"));
-  // The model's input must be finite whatever the guard says.
+  // With the guard on, the model's input is checked too; off (the default), it is not (the
+  // trainer checks each batch on the host instead).
   auto bad = random_values(batch * seq * F, 2);
   bad[5] = std::numeric_limits<double>::infinity();
+  model.set_finite_checks(false);
+  CHECK_NOTHROW(model.forward(Space(), RunContext{false, 0},
+                              device_from<float, Space>(bad, batch, seq, F), keep, out));
+  model.set_finite_checks(true);
   CHECK_THROWS_WITH(
       model.forward(Space(), RunContext{false, 0}, device_from<float, Space>(bad, batch, seq, F),
                     keep, out),

@@ -473,14 +473,28 @@ class TstTrainer {
     return Tensor2<const T, memory_space>(targets_.data(), n, targets_.extent(1));
   }
 
+  [[noreturn]] void fail_on_infinity(std::size_t i, float value) const {
+    const auto steps = static_cast<std::size_t>(host_.max_len);
+    const auto features = static_cast<std::size_t>(host_.n_features);
+    const std::size_t b = i / (steps * features);
+    fail("kformer::TstTrainer", "series ", host_.indices[b], " holds ", value, " at time step ",
+         i / features % steps, ", feature ", i % features,
+         "; values must be finite (a missing value is NaN or empty)");
+  }
+
   // Gathers series order[first .. first + n) on the host and copies them to the device buffers
   // (one deep_copy per buffer; no allocation).
   void upload(const ExecutionSpace& exec, const data::SeriesSet& data,
               const std::vector<std::int64_t>& order, std::int64_t first, int n) {
     data::gather_batch(data, order, first, n, host_);
     const std::size_t values = host_.values.size();
-    for (std::size_t i = 0; i < values; ++i)
-      host_values_.data()[i] = static_cast<T>(host_.values[i]);
+    for (std::size_t i = 0; i < values; ++i) {
+      const T value = static_cast<T>(host_.values[i]);
+      // NaN marks a missing value (filled before the model); an infinity is no value at all.
+      // Checked here, on the host, where the model's own check is opt-in (a device reduction).
+      if (std::isinf(value)) fail_on_infinity(i, host_.values[i]);
+      host_values_.data()[i] = value;
+    }
     for (std::size_t i = 0; i < host_.padding_mask.size(); ++i)
       host_keep_.data()[i] = host_.padding_mask[i];
     for (std::int64_t b = 0; b < host_.capacity; ++b) {

@@ -13,7 +13,9 @@
 //   backward_values:  dvalues[b, s] = sum_i w_i (dy[b,s,sin_i] cos(v w_i) - dy[b,s,cos_i] sin(v
 //   w_i))
 //
-// Values must be finite: a NaN or Inf is reported with its index before anything is written.
+// Values must be finite. With set_finite_checks(true) a NaN or Inf is reported with its index
+// before anything is written; the check is a reduction read back on the host, so it is off by
+// default (a caller whose values come from its own state or from a checked reader opts in).
 #pragma once
 
 #include <cstdint>
@@ -56,6 +58,8 @@ class ValueEncoding {
   }
 
   int dim() const { return sinusoid_.dim; }
+  // Whether forward and encode first check that the values are finite (off by default).
+  void set_finite_checks(bool on) { check_finite_ = on; }
   // The n_freq = ceil(dim/2) angular frequencies w_i, in the space's memory.
   Kokkos::View<const double*, memory_space> frequencies() const { return frequencies_; }
   template <class F>
@@ -75,7 +79,7 @@ class ValueEncoding {
     check_shape(where, "x", x,
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
     check_shape(where, "y", y, extents_of(x));
-    check_finite(where, exec, values);
+    if (check_finite_) require_finite_values(where, exec, values);
     impl::value_encoding_apply<true>(KFORMER_LABEL("kformer::value_encoding::add"), exec, sinusoid_,
                                      frequencies(), frequency_parts(), values, x, y);
   }
@@ -85,7 +89,7 @@ class ValueEncoding {
     constexpr const char* where = "kformer::ValueEncoding::encode";
     check_shape(where, "y", y,
                 {std::int64_t(values.extent(0)), std::int64_t(values.extent(1)), dim()});
-    check_finite(where, exec, values);
+    if (check_finite_) require_finite_values(where, exec, values);
     impl::value_encoding_apply<false>(KFORMER_LABEL("kformer::value_encoding::encode"), exec,
                                       sinusoid_, frequencies(), frequency_parts(), values,
                                       ConstTensor3(y), y);
@@ -117,8 +121,8 @@ class ValueEncoding {
     return frequency_parts_;
   }
 
-  void check_finite(const Where& where, const ExecutionSpace& exec,
-                    const ConstTensor2& values) const {
+  void require_finite_values(const Where& where, const ExecutionSpace& exec,
+                             const ConstTensor2& values) const {
     const std::int64_t first_bad = impl::first_non_finite(exec, values);
     if (first_bad != std::numeric_limits<std::int64_t>::max()) {
       const int seq = values.extent(1);
@@ -129,6 +133,7 @@ class ValueEncoding {
   }
 
   Sinusoid sinusoid_;
+  bool check_finite_ = false;
   Kokkos::View<double*, memory_space> frequencies_;
   Kokkos::View<float**, Kokkos::LayoutRight, memory_space>
       frequency_parts_;  // float(w_i), the rest
