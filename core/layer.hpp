@@ -3,8 +3,10 @@
 //   Layer(const ExecutionSpace& exec, <sizes>, const LayerOptions& options = {}, name)
 //       Parameters are allocated and initialised on exec's memory space.
 //   void forward(const ExecutionSpace& exec, const RunContext& ctx, x, y [, extra inputs])
-//       y = layer(x). ctx says training or eval, the step (dropout masks) and whether a backward
-//       follows (ctx.grad false lets a layer keep nothing for it).
+//       x, y: RowMajorView<Tensor2/3> (core/view_adapters.hpp), any View whose memory is
+//       row-major, else a kformer::Error. y = layer(x). ctx says training or eval, the step
+//       (dropout masks) and whether a backward follows (ctx.grad false lets a layer keep nothing
+//       for it).
 //   void backward(const ExecutionSpace& exec, const RunContext& ctx, x, dy, dx
 //                 [, extra inputs], WriteMode dx_mode = WriteMode::Assign)
 //       x: the last forward's input. Parameter gradients accumulate (+=), so that a caller can sum

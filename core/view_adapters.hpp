@@ -18,6 +18,11 @@
 //
 // Anything else (overlapping windows of a trajectory, a column of a matrix) cannot be read in
 // place: the Error says so, and that a copy into a LayoutRight View (Kokkos::deep_copy) works.
+//
+// Layers take their tensor arguments as RowMajorView<Tensor>, which does the as_tensor check on
+// the conversion itself: any View of the right rank, value type and memory space can be passed
+// to a layer directly, and one whose memory is not row-major is a kformer::Error there (Kokkos'
+// own conversion would abort the program, or not compile for LayoutLeft).
 #pragma once
 
 #include <array>
@@ -119,5 +124,90 @@ auto as_tensor_from_column_major(const View& v, const char* where, const char* n
   using M = typename View::memory_space;
   return detail::row_major_tensor<T, M>(v.data(), reversed);
 }
+
+namespace detail {
+
+// True for a Kokkos::View and for classes derived from one (RowMajorView).
+template <class D, class... P>
+std::true_type derives_from_view(const Kokkos::View<D, P...>*);
+std::false_type derives_from_view(...);
+template <class V>
+inline constexpr bool is_view_like_v =
+    decltype(derives_from_view(static_cast<const std::decay_t<V>*>(nullptr)))::value;
+
+// Kokkos' own rule for assigning a LayoutStride View to a LayoutRight one: every stride exactly
+// row-major, extents of 1 included.
+template <class View>
+bool has_exact_row_major_strides(const View& v) {
+  std::int64_t expected = 1;
+  for (int d = compat::rank_v<View> - 1; d >= 0; --d) {
+    if (static_cast<std::int64_t>(v.stride(d)) != expected) return false;
+    expected *= static_cast<std::int64_t>(v.extent(d));
+  }
+  return true;
+}
+
+}  // namespace detail
+
+// Tensor (a LayoutRight View), constructible from any View of the same rank, value type (const
+// added or kept) and memory space: a contiguous LayoutRight View as Kokkos assigns it; any other
+// View (a LayoutRight subview of columns included) when its memory is row-major dense (as_tensor's
+// rule), else a kformer::Error naming the layout, shape and strides. A LayoutStride View with
+// exactly row-major strides keeps its allocation alive; any other accepted View is viewed unmanaged
+// (a layer's argument lives for the call). Everything else is the View's: kernels, deep_copy and
+// subview see the Tensor itself.
+template <class Tensor>
+class RowMajorView : public Tensor {
+  static_assert(std::is_same_v<typename Tensor::array_layout, Kokkos::LayoutRight>,
+                "kformer::RowMajorView wraps a LayoutRight View");
+
+  template <class Source>
+  static constexpr bool converts_from() {
+    using S = typename Source::value_type;
+    using D = typename Tensor::value_type;
+    return compat::rank_v<Source> == compat::rank_v<Tensor> &&
+           std::is_same_v<typename Source::memory_space, typename Tensor::memory_space> &&
+           std::is_same_v<std::remove_const_t<S>, std::remove_const_t<D>> &&
+           (std::is_const_v<D> || !std::is_const_v<S>);
+  }
+
+  template <class Source>
+  static Tensor checked(const Source& v) {
+    using Layout = typename Source::array_layout;
+    // A LayoutRight subview of columns keeps its row stride: LayoutRight, but not dense.
+    if constexpr (std::is_same_v<Layout, Kokkos::LayoutRight>)
+      if (v.span_is_contiguous()) return v;
+    constexpr int rank = compat::rank_v<Source>;
+    std::array<int, rank> order{};
+    for (int i = 0; i < rank; ++i)
+      order[i] = rank - 1 - i;
+    if (!detail::is_dense_in_order(v, order))
+      fail("kformer::RowMajorView", "a ", detail::layout_name<Source>(), " View of shape ",
+           shape_of(v), " and strides ", shape_string(detail::strides_of(v)),
+           " was passed where kformer takes a row-major (LayoutRight) tensor; its memory is not "
+           "row-major dense, so it cannot be read in place (copy it into a LayoutRight View with "
+           "Kokkos::deep_copy, or pass a column-major View through "
+           "kformer::as_tensor_from_column_major)");
+    if constexpr (std::is_same_v<Layout, Kokkos::LayoutStride>)
+      if (detail::has_exact_row_major_strides(v)) return v;
+    return detail::row_major_tensor<typename Tensor::value_type, typename Tensor::memory_space>(
+        v.data(), extents_of(v));
+  }
+
+ public:
+  RowMajorView() = default;
+
+  // Any View that converts (see above); implicit, like Kokkos' own View conversions.
+  template <class D, class... P, std::enable_if_t<converts_from<Kokkos::View<D, P...>>(), int> = 0>
+  RowMajorView(const Kokkos::View<D, P...>& v)  // NOLINT(google-explicit-constructor)
+      : Tensor(checked(v)) {}
+
+  // Tensor's own constructors: (label, extents...), (pointer, extents...), (view_alloc(...), ...).
+  template <class First, class... Rest,
+            std::enable_if_t<!detail::is_view_like_v<First> &&
+                                 std::is_constructible_v<Tensor, const First&, const Rest&...>,
+                             int> = 0>
+  explicit RowMajorView(const First& first, const Rest&... rest) : Tensor(first, rest...) {}
+};
 
 }  // namespace kformer

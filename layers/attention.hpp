@@ -41,6 +41,7 @@
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
 #include "impl/attention/dispatch.hpp"
 #include "linear.hpp"
@@ -62,9 +63,9 @@ template <class T, class ExecutionSpace>
 class MultiHeadAttention {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
   using Mask = Kokkos::View<const bool**, Kokkos::LayoutRight, memory_space>;
 
   MultiHeadAttention() = default;

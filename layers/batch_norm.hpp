@@ -33,7 +33,9 @@
 #include "../core/profiling.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
+#include "elementwise.hpp"
 
 namespace kformer {
 
@@ -41,8 +43,8 @@ template <class T, class ExecutionSpace>
 class BatchNorm {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
   using Vector = Tensor1<T, memory_space>;
 
   BatchNorm() = default;
@@ -92,8 +94,8 @@ class BatchNorm {
     f(std::string("running_var"), running_var_);
   }
   void zero_grad(const ExecutionSpace& exec) {
-    Kokkos::deep_copy(exec, weight_.grad, T(0));
-    Kokkos::deep_copy(exec, bias_.grad, T(0));
+    fill(exec, T(0), weight_.grad);
+    fill(exec, T(0), bias_.grad);
   }
   std::int64_t buffer_bytes() const {
     return std::int64_t(partial_.bytes()) + 4 * std::int64_t(dim_) * std::int64_t(sizeof(T));

@@ -28,6 +28,7 @@
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
 #include "elementwise.hpp"
 
@@ -46,8 +47,8 @@ template <class T, class ExecutionSpace>
 class Conv1dProjection {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
 
   Conv1dProjection() = default;
   Conv1dProjection(const ExecutionSpace& exec, int in_features, int out_features,
@@ -87,8 +88,8 @@ class Conv1dProjection {
   template <class F>
   void visit_buffers(F&&) {}
   void zero_grad(const ExecutionSpace& exec) {
-    Kokkos::deep_copy(exec, weight_.grad, T(0));
-    Kokkos::deep_copy(exec, bias_.grad, T(0));
+    fill(exec, T(0), weight_.grad);
+    fill(exec, T(0), bias_.grad);
   }
   std::int64_t buffer_bytes() const {
     return std::int64_t(cols_.bytes() + dcols_.bytes() + partial_.bytes());

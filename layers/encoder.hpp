@@ -10,6 +10,7 @@
 #include "../core/error.hpp"
 #include "../core/layer.hpp"
 #include "../core/random.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
 #include "encoder_layer.hpp"
 
@@ -20,9 +21,9 @@ class TransformerEncoder {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
   using Layer = TransformerEncoderLayer<T, ExecutionSpace>;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
   using Mask = typename Layer::Mask;
 
   TransformerEncoder() = default;
@@ -81,7 +82,7 @@ class TransformerEncoder {
     const int batch = x.extent(0), seq = x.extent(1);
     ConstTensor3 in = x;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
-      const Tensor3 out = i + 1 == layers_.size() ? y : outputs_[i].view(batch, seq, d_);
+      const Tensor3 out = i + 1 == layers_.size() ? y : Tensor3(outputs_[i].view(batch, seq, d_));
       layers_[i].forward(exec, ctx, in, out, key_padding_mask, attn_mask);
       in = out;
     }
@@ -99,7 +100,7 @@ class TransformerEncoder {
     for (int i = num_layers() - 1; i >= 0; --i) {
       const ConstTensor3 in = i == 0 ? x : ConstTensor3(outputs_[i - 1].view(batch, seq, d_));
       // Alternate between two buffers; the first layer writes dx.
-      const Tensor3 out = i == 0 ? dx : grads_[i % 2].view(batch, seq, d_);
+      const Tensor3 out = i == 0 ? dx : Tensor3(grads_[i % 2].view(batch, seq, d_));
       layers_[i].backward(exec, ctx, in, grad, out, i == 0 ? dx_mode : WriteMode::Assign);
       grad = out;
     }

@@ -17,6 +17,7 @@
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
 #include "activation.hpp"
 #include "dropout.hpp"
@@ -35,8 +36,8 @@ template <class T, class ExecutionSpace>
 class FeedForward {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
 
   FeedForward() = default;
   FeedForward(const ExecutionSpace& exec, int d_model, const FeedForwardOptions& options,

@@ -22,7 +22,9 @@
 #include "../core/profiling.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
+#include "elementwise.hpp"
 
 namespace kformer {
 
@@ -30,8 +32,8 @@ template <class T, class ExecutionSpace>
 class LayerNorm {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
 
   LayerNorm() = default;
@@ -56,8 +58,8 @@ class LayerNorm {
   template <class F>
   void visit_buffers(F&&) {}
   void zero_grad(const ExecutionSpace& exec) {
-    Kokkos::deep_copy(exec, weight_.grad, T(0));
-    Kokkos::deep_copy(exec, bias_.grad, T(0));
+    fill(exec, T(0), weight_.grad);
+    fill(exec, T(0), bias_.grad);
   }
   std::int64_t buffer_bytes() const {
     return std::int64_t(mean_.bytes() + rstd_.bytes() + partial_.bytes());

@@ -23,6 +23,7 @@
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
 #include "elementwise.hpp"
 
@@ -38,8 +39,8 @@ class Linear {
  public:
   using execution_space = ExecutionSpace;
   using memory_space = typename ExecutionSpace::memory_space;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
 
   Linear() = default;
   Linear(const ExecutionSpace& exec, int in_features, int out_features,
@@ -73,8 +74,8 @@ class Linear {
   template <class F>
   void visit_buffers(F&&) {}
   void zero_grad(const ExecutionSpace& exec) {
-    Kokkos::deep_copy(exec, weight_.grad, T(0));
-    if (has_bias_) Kokkos::deep_copy(exec, bias_.grad, T(0));
+    fill(exec, T(0), weight_.grad);
+    if (has_bias_) fill(exec, T(0), bias_.grad);
   }
   std::int64_t buffer_bytes() const { return std::int64_t(partial_.bytes()); }
 

@@ -15,6 +15,7 @@
 
 #include "../core/error.hpp"
 #include "../core/layer.hpp"
+#include "../core/view_adapters.hpp"
 #include "batch_norm.hpp"
 #include "layer_norm.hpp"
 #include "norm_kinds.hpp"
@@ -43,8 +44,8 @@ template <class T, class ExecutionSpace>
 class Norm {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
 
   Norm() = default;
   Norm(const ExecutionSpace& exec, NormType type, int dim, const std::string& name)

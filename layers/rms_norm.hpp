@@ -23,7 +23,9 @@
 #include "../core/profiling.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
+#include "elementwise.hpp"
 
 namespace kformer {
 
@@ -31,8 +33,8 @@ template <class T, class ExecutionSpace>
 class RMSNorm {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
   using member_type = typename Kokkos::TeamPolicy<ExecutionSpace>::member_type;
 
   RMSNorm() = default;
@@ -54,7 +56,7 @@ class RMSNorm {
   }
   template <class F>
   void visit_buffers(F&&) {}
-  void zero_grad(const ExecutionSpace& exec) { Kokkos::deep_copy(exec, weight_.grad, T(0)); }
+  void zero_grad(const ExecutionSpace& exec) { fill(exec, T(0), weight_.grad); }
   std::int64_t buffer_bytes() const { return std::int64_t(rstd_.bytes() + partial_.bytes()); }
 
   // y = RMSNorm(x).   x, y: (N, dim); y may be x.

@@ -35,7 +35,9 @@
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
+#include "elementwise.hpp"
 
 namespace kformer {
 
@@ -54,8 +56,8 @@ class VolumePreservingAttention {
  public:
   using execution_space = ExecutionSpace;
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
 
   // The largest sequence length: Λ is formed and inverted per sequence by one thread.
   static constexpr int kMaxSeqLength = 256;
@@ -81,7 +83,7 @@ class VolumePreservingAttention {
   }
   template <class F>
   void visit_buffers(F&&) {}
-  void zero_grad(const ExecutionSpace& exec) { Kokkos::deep_copy(exec, weight_.grad, T(0)); }
+  void zero_grad(const ExecutionSpace& exec) { fill(exec, T(0), weight_.grad); }
   std::int64_t buffer_bytes() const {
     return std::int64_t(mixing_.bytes() + inverse_.bytes() + work_.bytes() + partial_.bytes());
   }

@@ -29,7 +29,9 @@
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
+#include "elementwise.hpp"
 
 namespace kformer {
 
@@ -58,8 +60,8 @@ class VolumePreservingTriangular {
  public:
   using execution_space = ExecutionSpace;
   using memory_space = typename ExecutionSpace::memory_space;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
 
   VolumePreservingTriangular() = default;
   VolumePreservingTriangular(const ExecutionSpace& exec, int dim, Triangle triangle,
@@ -92,8 +94,8 @@ class VolumePreservingTriangular {
   template <class F>
   void visit_buffers(F&&) {}
   void zero_grad(const ExecutionSpace& exec) {
-    Kokkos::deep_copy(exec, weight_.grad, T(0));
-    if (has_bias_) Kokkos::deep_copy(exec, bias_.grad, T(0));
+    fill(exec, T(0), weight_.grad);
+    if (has_bias_) fill(exec, T(0), bias_.grad);
   }
   std::int64_t buffer_bytes() const { return std::int64_t(gates_.bytes()); }
 
@@ -237,8 +239,8 @@ class VolumePreservingFeedForward {
  public:
   using execution_space = ExecutionSpace;
   using memory_space = typename ExecutionSpace::memory_space;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
   using Layer = VolumePreservingTriangular<T, ExecutionSpace>;
 
   VolumePreservingFeedForward() = default;

@@ -30,6 +30,7 @@
 #include "../core/parameter_buffer.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
 #include "../layers/elementwise.hpp"
 #include "../layers/feed_forward.hpp"
@@ -83,8 +84,8 @@ class Sequential {
  public:
   static_assert(sizeof...(Layers) >= 1, "kformer::Sequential needs at least one layer");
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
   static constexpr std::size_t kLayers = sizeof...(Layers);
 
   // Takes the layers (moved in) and gathers their parameters into one buffer on exec's memory.

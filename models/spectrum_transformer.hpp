@@ -33,6 +33,7 @@
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
 #include "../layers/encoder.hpp"
 #include "../layers/encodings/learnable_positional_encoding.hpp"
@@ -121,10 +122,10 @@ class SpectrumTransformer {
  public:
   using execution_space = ExecutionSpace;
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
   using Mask = Kokkos::View<const bool**, Kokkos::LayoutRight, memory_space>;
 
   SpectrumTransformer(const ExecutionSpace& exec, const SpectrumTransformerOptions& o)

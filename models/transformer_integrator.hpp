@@ -28,7 +28,9 @@
 #include "../core/profiling.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
+#include "../layers/elementwise.hpp"
 #include "../layers/encoder.hpp"
 #include "../layers/encodings/positional_encoding.hpp"
 #include "../layers/linear.hpp"
@@ -51,8 +53,8 @@ template <class T, class ExecutionSpace>
 class StandardTransformerNetwork {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
 
   StandardTransformerNetwork(const ExecutionSpace& exec, int sys_dim,
                              const StandardTransformerOptions& o)
@@ -189,8 +191,8 @@ template <class T, class ExecutionSpace, class Network>
 class TransformerIntegrator {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
 
   TransformerIntegrator(const ExecutionSpace& exec, Network& network, int sys_dim,
                         const TransformerIntegratorOptions& options)
@@ -240,7 +242,7 @@ class TransformerIntegrator {
     for (std::int64_t first = 0; first < count; first += options_.batch_size) {
       const int n = static_cast<int>(std::min<std::int64_t>(options_.batch_size, count - first));
       gather(exec, trajectories, device_order, first, n);
-      Kokkos::deep_copy(exec, parameters_.grads(), T(0));
+      fill(exec, T(0), parameters_.grads());
       sum += loss_and_gradient(exec, ctx, n, true);
       optimizer_.step(exec, parameters_.values(), parameters_.grads(), options_.learning_rate);
       ++batches;

@@ -28,10 +28,12 @@
 #include "../core/random.hpp"
 #include "../core/run_context.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
 #include "../layers/activation.hpp"
 #include "../layers/conv1d.hpp"
 #include "../layers/dropout.hpp"
+#include "../layers/elementwise.hpp"
 #include "../layers/encoder.hpp"
 #include "../layers/encodings/learnable_positional_encoding.hpp"
 #include "../layers/encodings/positional_encoding.hpp"
@@ -96,10 +98,10 @@ template <class T, class ExecutionSpace>
 class TimeSeriesTransformer {
  public:
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
   using KeepMask = Kokkos::View<const std::uint8_t**, Kokkos::LayoutRight, memory_space>;
 
   TimeSeriesTransformer(const ExecutionSpace& exec, const TstConfig& config) : config_(config) {
@@ -200,7 +202,7 @@ class TimeSeriesTransformer {
         f(prefix + "norm2", *bn);
     }
   }
-  void zero_grad(const ExecutionSpace& exec) { Kokkos::deep_copy(exec, parameters_.grads(), T(0)); }
+  void zero_grad(const ExecutionSpace& exec) { fill(exec, T(0), parameters_.grads()); }
 
   // out = TST(x).   x: (B, S, F); keep: (B, S); out: (B*S, F) for imputation, (B, n_out) otherwise.
   void forward(const ExecutionSpace& exec, const RunContext& ctx, const ConstTensor3& x,

@@ -23,6 +23,7 @@
 #include "../core/layer.hpp"
 #include "../core/random.hpp"
 #include "../core/tensor.hpp"
+#include "../core/view_adapters.hpp"
 #include "../core/workspace.hpp"
 #include "../layers/volume_preserving_attention.hpp"
 #include "../layers/volume_preserving_feed_forward.hpp"
@@ -43,10 +44,10 @@ class VolumePreservingTransformer {
  public:
   using execution_space = ExecutionSpace;
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
-  using Matrix = Tensor2<T, memory_space>;
-  using ConstMatrix = Tensor2<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
+  using Matrix = RowMajorView<Tensor2<T, memory_space>>;
+  using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
 
   VolumePreservingTransformer() = default;
   VolumePreservingTransformer(const ExecutionSpace& exec, int sys_dim, int seq_length,

@@ -234,6 +234,62 @@ TEMPLATE_LIST_TEST_CASE("Layers reject bad input with both shapes named and chan
 }
 
 TEMPLATE_LIST_TEST_CASE(
+    "Layers read a caller's strided Views in place where row-major and refuse others by an Error",
+    "[layers][layouts]", backends::EnabledSpaces) {
+  using Space = TestType;
+  using M = MemorySpaceOf<Space>;
+  using Strided3 = Kokkos::View<float***, Kokkos::LayoutStride, M>;
+  const int steps = 20, d = 16, windows = 4, window = 5;
+  TransformerEncoder<float, Space> encoder(Space(), 2, small_options(NormType::LayerNorm, false));
+  // A simulation's trajectory and its output array, (steps, d); the model reads 4 windows of 5
+  // steps of the one and writes the same windows of the other, both through LayoutStride.
+  const auto trajectory = device_from<float, Space>(random_values(steps * d, 3), steps, d);
+  Tensor2<float, M> predicted("predicted", steps, d);
+  const Strided3 x_windows(trajectory.data(),
+                           Kokkos::LayoutStride(windows, window * d, window, d, d, 1));
+  const Strided3 y_windows(predicted.data(),
+                           Kokkos::LayoutStride(windows, window * d, window, d, d, 1));
+  encoder.forward(Space(), RunContext{false, 0}, x_windows, y_windows);
+  // The same through LayoutRight copies: the same kernels on the same values, bit for bit.
+  Tensor3<float, M> x_copy("x_copy", windows, window, d), y_copy("y_copy", windows, window, d);
+  Kokkos::deep_copy(x_copy, x_windows);
+  encoder.forward(Space(), RunContext{false, 0}, x_copy, y_copy);
+  CHECK(host_values(predicted) == host_values(y_copy));
+
+  // One window with an arbitrary stride over its extent-1 batch dimension: row-major memory.
+  const Strided3 lone(trajectory.data(), Kokkos::LayoutStride(1, 12345, window, d, d, 1));
+  Tensor3<float, M> y_lone("y_lone", 1, window, d);
+  encoder.forward(Space(), RunContext{false, 0}, lone, y_lone);
+  const auto first = host_values(y_copy);
+  CHECK(host_values(y_lone) == std::vector<double>(first.begin(), first.begin() + window * d));
+
+  // Overlapping windows (a stride of 2 steps) are not row-major: an Error, nothing written.
+  const Strided3 overlapping(trajectory.data(),
+                             Kokkos::LayoutStride(windows, 2 * d, window, d, d, 1));
+  Kokkos::deep_copy(y_copy, 3.0f);
+  CHECK_THROWS_WITH(encoder.forward(Space(), RunContext{false, 0}, overlapping, y_copy),
+                    ContainsText("kformer::RowMajorView: a LayoutStride View of shape (4, 5, 16) "
+                                 "and strides (32, 16, 1) was passed where kformer takes a "
+                                 "row-major (LayoutRight) tensor") &&
+                        ContainsText("as_tensor_from_column_major"));
+  for (double v : host_values(y_copy))
+    REQUIRE(v == 3.0);
+  // A LayoutLeft matrix (Kokkos' default on GPUs) is refused by name, not by a static_assert.
+  Linear<float, Space> linear(Space(), 4, 3);
+  Kokkos::View<float**, Kokkos::LayoutLeft, M> left("left", 6, 4);
+  Tensor2<float, M> out("out", 6, 3);
+  CHECK_THROWS_WITH(linear.forward(Space(), {}, left, out),
+                    ContainsText("a LayoutLeft View of shape (6, 4) and strides (1, 6)"));
+  // A column of a matrix as dx: refused before any gradient is accumulated.
+  Tensor2<float, M> wide("wide", 6, 8), dy("dy", 6, 3);
+  CHECK_THROWS_WITH(linear.backward(Space(), {}, Tensor2<float, M>("x", 6, 4), dy,
+                                    Kokkos::subview(wide, Kokkos::ALL, std::make_pair(0, 4))),
+                    ContainsText("a LayoutRight View of shape (6, 4) and strides (8, 1)"));
+  for (double g : host_values(linear.weight().grad))
+    REQUIRE(g == 0.0);
+}
+
+TEMPLATE_LIST_TEST_CASE(
     "A steady-state training step allocates nothing, and a larger shape reallocates once",
     "[layers][allocations]", backends::EnabledSpaces) {
   using Space = TestType;

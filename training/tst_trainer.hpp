@@ -36,6 +36,7 @@
 #include "../data/preprocess.hpp"
 #include "../data/series_set.hpp"
 #include "../distributed/communicator.hpp"
+#include "../layers/elementwise.hpp"
 #include "../losses/deterministic_sum.hpp"
 #include "../losses/losses.hpp"
 #include "../masking/noise_mask.hpp"
@@ -100,17 +101,6 @@ double l2_penalty(const ExecutionSpace& exec, const T* w, T* g, std::int64_t n, 
         g[i] += two_l2 * w[i];
       });
   return l2 * sums[0];
-}
-
-// v *= factor.
-template <class ExecutionSpace, class T, class MemorySpace>
-void scale(const ExecutionSpace& exec, const Tensor2<T, MemorySpace>& v, T factor) {
-  T* const data = v.data();
-  Kokkos::parallel_for(
-      KFORMER_LABEL("kformer::trainer::scale"),
-      Kokkos::RangePolicy<ExecutionSpace, Kokkos::IndexType<std::int64_t>>(exec, 0,
-                                                                           std::int64_t(v.size())),
-      KOKKOS_LAMBDA(const std::int64_t i) { data[i] *= factor; });
 }
 
 }  // namespace impl
@@ -575,7 +565,7 @@ class TstTrainer {
       // The global batch's mean: this rank's gradient weighted by its share of the values.
       double sums[2] = {loss * double(count), double(count)};
       comm_->sum_identical(sums, 2);
-      impl::scale(exec, d_out, static_cast<T>(double(count) / sums[1]));
+      scale_copy(exec, static_cast<T>(double(count) / sums[1]), d_out, d_out);
       loss = sums[0] / sums[1];
       count = static_cast<std::int64_t>(sums[1]);
     }
@@ -597,7 +587,7 @@ class TstTrainer {
            "); the parameters were not updated");
     optimizer_.step(exec, p, Tensor1<const T, memory_space>(g.data(), g.size()),
                     schedule_.lr(epoch));
-    Kokkos::deep_copy(exec, grads, T(0));
+    fill(exec, T(0), grads);
     ++step_;
     ++stats.steps;
     return {loss, count};

@@ -21,6 +21,7 @@
 #include "../../core/random.hpp"
 #include "../../core/run_context.hpp"
 #include "../../core/tensor.hpp"
+#include "../../core/view_adapters.hpp"
 #include "../elementwise.hpp"
 #include "impl/learnable_positional_encoding_kernels.hpp"
 
@@ -40,8 +41,8 @@ class LearnablePositionalEncoding {
  public:
   using execution_space = ExecutionSpace;
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
 
   LearnablePositionalEncoding(const ExecutionSpace& exec, int max_len, int dim,
                               const LearnablePositionalEncodingOptions& options = {})
@@ -68,7 +69,7 @@ class LearnablePositionalEncoding {
   }
   template <class F>
   void visit_buffers(F&&) {}
-  void zero_grad(const ExecutionSpace& exec) { Kokkos::deep_copy(exec, pe_.grad, T(0)); }
+  void zero_grad(const ExecutionSpace& exec) { fill(exec, T(0), pe_.grad); }
   std::int64_t buffer_bytes() const { return 0; }
 
   // The number of steps the output has for an input of seq steps.

@@ -30,6 +30,7 @@
 #include "../../core/profiling.hpp"
 #include "../../core/run_context.hpp"
 #include "../../core/tensor.hpp"
+#include "../../core/view_adapters.hpp"
 #include "../elementwise.hpp"
 #include "impl/value_encoding_kernels.hpp"
 #include "sinusoid.hpp"
@@ -41,8 +42,8 @@ class ValueEncoding {
  public:
   using execution_space = ExecutionSpace;
   using memory_space = typename ExecutionSpace::memory_space;
-  using Tensor3 = kformer::Tensor3<T, memory_space>;
-  using ConstTensor3 = kformer::Tensor3<const T, memory_space>;
+  using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
+  using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
   using Tensor2 = kformer::Tensor2<T, memory_space>;
   using ConstTensor2 = kformer::Tensor2<const T, memory_space>;
 
