@@ -1,6 +1,7 @@
-// The C API (kformer_c.h) over kformer's C++: a StandardTransformerNetwork<double> on the default
-// execution space, its ParameterBuffer, an Optimizer and the MSE. Every entry point runs inside
-// `guarded`, which turns every exception into a status code and this thread's message.
+// The C API (kformer_c.h) over kformer's C++: a StandardTransformerNetwork<T> on the default
+// execution space (T double or float, the config's model.precision), its ParameterBuffer, an
+// Optimizer and the MSE. Every entry point runs inside `guarded`, which turns every exception into
+// a status code and this thread's message.
 #include "kformer_c.h"
 
 #include <stdlib.h>
@@ -20,12 +21,17 @@
 
 #include <Kokkos_Core.hpp>
 #include <nlohmann/json.hpp>
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
 
 #include <kformer/core/error.hpp>
 #include <kformer/core/finite.hpp>
 #include <kformer/core/json_integer.hpp>
 #include <kformer/core/parameter_buffer.hpp>
 #include <kformer/core/safetensors.hpp>
+#include <kformer/core/safetensors_kokkos.hpp>
+#include <kformer/layers/elementwise.hpp>
 #include <kformer/losses/losses.hpp>
 #include <kformer/models/transformer_integrator.hpp>
 #include <kformer/optimizers/optimizers.hpp>
@@ -35,7 +41,6 @@ namespace {
 
 using Space = Kokkos::DefaultExecutionSpace;
 using Memory = Space::memory_space;
-using Network = kformer::StandardTransformerNetwork<double, Space>;
 constexpr const char* kFormat = "kformer-c-model/1";
 
 // An error of this API: its status and message.
@@ -52,6 +57,7 @@ bool started_kokkos = false;
 
 struct Config {
   int state_dim = 0;
+  bool float32 = false;  // model.precision "float32"; "float64" (double) by default
   kformer::StandardTransformerOptions network;
   kformer::OptimizerOptions optimizer;
   double learning_rate = 1e-3;
@@ -108,8 +114,10 @@ Config parse_config(const std::string& text, const std::string& source) {
   };
   if (!j.contains("model")) raise(KFORMER_ERROR_ARGUMENT, source + ": no \"model\" entry");
   const auto& m = j.at("model");
-  only_keys(m, {"type", "state_dim", "d_model", "heads", "layers", "dim_feedforward", "seed"},
-            "model");
+  only_keys(
+      m,
+      {"type", "state_dim", "d_model", "heads", "layers", "dim_feedforward", "seed", "precision"},
+      "model");
   if (type_of(m, "model", "transformer") != "transformer")
     raise(KFORMER_ERROR_ARGUMENT, source + ": unknown model type '" +
                                       m.at("type").get<std::string>() + "' (expected transformer)");
@@ -122,6 +130,14 @@ Config parse_config(const std::string& text, const std::string& source) {
   c.network.dim_feedforward = integer(m, "dim_feedforward", 1, 1 << 20, c.network.dim_feedforward);
   if (m.contains("seed"))
     c.network.seed = kformer::get_integer<std::uint64_t>(m.at("seed"), where, source, "seed");
+  if (m.contains("precision")) {
+    const auto& precision = m.at("precision");
+    if (!precision.is_string() ||
+        (precision.get<std::string>() != "float64" && precision.get<std::string>() != "float32"))
+      raise(KFORMER_ERROR_ARGUMENT, source + ": model.precision must be \"float64\" or " +
+                                        "\"float32\", got " + precision.dump());
+    c.float32 = precision.get<std::string>() == "float32";
+  }
   if (c.network.d_model % c.network.heads != 0)
     raise(KFORMER_ERROR_ARGUMENT, source + ": model.d_model " + std::to_string(c.network.d_model) +
                                       " is not a multiple of model.heads " +
@@ -180,7 +196,8 @@ std::string config_json(const Config& c) {
                         {"heads", c.network.heads},
                         {"layers", c.network.layers},
                         {"dim_feedforward", c.network.dim_feedforward},
-                        {"seed", c.network.seed}}},
+                        {"seed", c.network.seed},
+                        {"precision", c.float32 ? "float32" : "float64"}}},
                       {"loss", {{"type", "mse"}}},
                       {"optimizer",
                        {{"type", optimizer},
@@ -198,21 +215,44 @@ std::string config_json(const Config& c) {
 
 }  // namespace
 
+namespace {
+
+// The network, its parameters and optimizer in one precision T.
+template <class T>
+struct Engine {
+  using value_type = T;
+  kformer::StandardTransformerNetwork<T, Space> network;
+  kformer::ParameterBuffer<T, Memory> parameters;
+  kformer::Optimizer<T, Space> optimizer;
+  kformer::Losses<T, Space> losses;
+  kformer::GrowingBuffer<T, Memory> d_output{"kformer_c::d_output"};
+  kformer::GrowingBuffer<T, Memory> output{"kformer_c::output"};
+
+  explicit Engine(const Config& c)
+      : network(Space(), c.state_dim, c.network), optimizer(Space(), 0, c.optimizer) {
+    parameters.gather(Space(), network);
+    optimizer = kformer::Optimizer<T, Space>(Space(), parameters.values().extent(0), c.optimizer);
+  }
+};
+
+}  // namespace
+
 struct kformer_model {
   Config config;
-  Network network;
-  kformer::ParameterBuffer<double, Memory> parameters;
-  kformer::Optimizer<double, Space> optimizer;
-  kformer::Losses<double, Space> losses;
-  kformer::GrowingBuffer<double, Memory> d_output{"kformer_c::d_output"};
-  kformer::GrowingBuffer<double, Memory> output{"kformer_c::output"};
+  std::unique_ptr<Engine<double>> float64;  // exactly one of the two
+  std::unique_ptr<Engine<float>> float32;
   std::int64_t steps = 0;
 
-  explicit kformer_model(const Config& c)
-      : config(c), network(Space(), c.state_dim, c.network), optimizer(Space(), 0, c.optimizer) {
-    parameters.gather(Space(), network);
-    optimizer =
-        kformer::Optimizer<double, Space>(Space(), parameters.values().extent(0), c.optimizer);
+  explicit kformer_model(const Config& c) : config(c) {
+    if (c.float32)
+      float32 = std::make_unique<Engine<float>>(c);
+    else
+      float64 = std::make_unique<Engine<double>>(c);
+  }
+  // f(engine) on the engine this model has.
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return float32 ? f(*float32) : f(*float64);
   }
   double learning_rate() const {
     if (config.step_size == 0) return config.learning_rate;
@@ -284,14 +324,61 @@ std::string read_text(const char* path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-using ConstInput = kformer::Tensor3<const double, Memory>;
-using Output = kformer::Tensor3<double, Memory>;
+template <class T>
+const char* precision_name() {
+  return std::is_same_v<T, float> ? "float32" : "float64";
+}
+
+// The model's engine of precision T, or an Error naming the function that takes the model's.
+template <class T>
+Engine<T>& engine(const kformer_model& model, const char* takes_float64,
+                  const char* takes_float32) {
+  Engine<T>* e = nullptr;
+  if constexpr (std::is_same_v<T, float>)
+    e = model.float32.get();
+  else
+    e = model.float64.get();
+  if (e == nullptr)
+    raise(KFORMER_ERROR_ARGUMENT,
+          std::string("the model computes in ") + (model.config.float32 ? "float32" : "float64") +
+              " (model.precision) but the arrays given are " + precision_name<T>() + ": call " +
+              (model.config.float32 ? takes_float32 : takes_float64) + " instead");
+  return *e;
+}
+
+// That `data` is memory the model's execution space reads: on CUDA a device or managed pointer
+// (a host pointer would fault inside a kernel). Host builds have one memory: nothing to check.
+void require_model_memory(const void* data, const char* name) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<Space, Kokkos::Cuda>) {
+    cudaPointerAttributes attributes{};
+    const bool known = cudaPointerGetAttributes(&attributes, data) == cudaSuccess;
+    if (!known) (void)cudaGetLastError();  // clear the sticky error of an unknown pointer
+    if (!known ||
+        (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged))
+      raise(KFORMER_ERROR_ARGUMENT,
+            std::string(name) +
+                " is not in CUDA device or managed memory; the model runs on the GPU, so the "
+                "arrays must be device arrays (e.g. OpenACC's or CUDA Fortran's device data)");
+  }
+#else
+  (void)data;
+  (void)name;
+#endif
+}
+
+template <class T>
+using ConstInput = kformer::Tensor3<const T, Memory>;
+template <class T>
+using Output = kformer::Tensor3<T, Memory>;
 
 // The caller's (batch, seq, dim) array, unmanaged (no copy), after checking the shape and that
 // it holds only finite values.
-ConstInput wrap_input(const kformer_model& model, const double* data, const char* name,
-                      std::int64_t batch, std::int64_t seq, std::int64_t dim) {
+template <class T>
+ConstInput<T> wrap_input(const kformer_model& model, const T* data, const char* name,
+                         std::int64_t batch, std::int64_t seq, std::int64_t dim) {
   require_pointer(data, name);
+  require_model_memory(data, name);
   if (batch < 1 || seq < 1)
     raise(KFORMER_ERROR_ARGUMENT, "batch and seq must be at least 1, got batch " +
                                       std::to_string(batch) + " and seq " + std::to_string(seq));
@@ -299,7 +386,7 @@ ConstInput wrap_input(const kformer_model& model, const double* data, const char
     raise(KFORMER_ERROR_ARGUMENT, "dim must be the model's state_dim " +
                                       std::to_string(model.config.state_dim) + ", got " +
                                       std::to_string(dim));
-  ConstInput view(data, batch, seq, dim);
+  ConstInput<T> view(data, batch, seq, dim);
   const std::int64_t bad = kformer::first_non_finite(Space(), view);
   if (bad >= 0)
     raise(KFORMER_ERROR_NOT_FINITE,
@@ -311,14 +398,17 @@ ConstInput wrap_input(const kformer_model& model, const double* data, const char
 
 void save(const kformer_model& m, const std::string& path) {
   kformer::safetensors::Writer writer;
-  kformer::add_state_dict(Space(), writer, const_cast<Network&>(m.network));
-  const auto exp_avg = kformer::to_host(m.optimizer.exp_avg());
-  const auto exp_avg_sq = kformer::to_host(m.optimizer.exp_avg_sq());
-  writer.add("optimizer.exp_avg", {std::int64_t(exp_avg.size())},
-             std::vector<double>(exp_avg.data(), exp_avg.data() + exp_avg.size()));
-  writer.add("optimizer.exp_avg_sq", {std::int64_t(exp_avg_sq.size())},
-             std::vector<double>(exp_avg_sq.data(), exp_avg_sq.data() + exp_avg_sq.size()));
-  writer.add("optimizer.step", {}, std::vector<std::int64_t>{m.optimizer.steps()});
+  m.visit([&](auto& e) {
+    using T = typename std::decay_t<decltype(e)>::value_type;
+    kformer::add_state_dict(Space(), writer, e.network);
+    const auto exp_avg = kformer::to_host(e.optimizer.exp_avg());
+    const auto exp_avg_sq = kformer::to_host(e.optimizer.exp_avg_sq());
+    writer.add("optimizer.exp_avg", {std::int64_t(exp_avg.size())},
+               std::vector<T>(exp_avg.data(), exp_avg.data() + exp_avg.size()));
+    writer.add("optimizer.exp_avg_sq", {std::int64_t(exp_avg_sq.size())},
+               std::vector<T>(exp_avg_sq.data(), exp_avg_sq.data() + exp_avg_sq.size()));
+    writer.add("optimizer.step", {}, std::vector<std::int64_t>{e.optimizer.steps()});
+  });
   writer.add("training.step", {}, std::vector<std::int64_t>{m.steps});
   writer.set_metadata("format", kFormat);
   writer.set_metadata("config", config_json(m.config));
@@ -349,24 +439,73 @@ std::unique_ptr<kformer_model> load(const std::string& path) {
   kformer::LoadOptions options;
   options.other_prefixes = {"optimizer.", "training."};
   try {
-    kformer::load_state_dict(Space(), model->network, *file, options);
-    for (const char* name : {"optimizer.exp_avg", "optimizer.exp_avg_sq"})
-      if (!file->contains(name) || file->info(name).numel() != model->optimizer.size())
-        raise(KFORMER_ERROR_FILE, path + ": " + name + " is missing or of another size");
-    for (const char* name : {"optimizer.step", "training.step"})
-      if (!file->contains(name) || file->to_int64(name).size() != 1 || file->to_int64(name)[0] < 0)
-        raise(KFORMER_ERROR_FILE, path + ": " + name + " is missing or not a count");
-    kformer::copy_to_view(file->to_double("optimizer.exp_avg"), model->optimizer.exp_avg(),
-                          "optimizer.exp_avg");
-    kformer::copy_to_view(file->to_double("optimizer.exp_avg_sq"), model->optimizer.exp_avg_sq(),
-                          "optimizer.exp_avg_sq");
-    model->optimizer.set_steps(file->to_int64("optimizer.step")[0]);
+    model->visit([&](auto& e) {
+      kformer::load_state_dict(Space(), e.network, *file, options);
+      for (const char* name : {"optimizer.exp_avg", "optimizer.exp_avg_sq"})
+        if (!file->contains(name) || file->info(name).numel() != e.optimizer.size())
+          raise(KFORMER_ERROR_FILE, path + ": " + name + " is missing or of another size");
+      for (const char* name : {"optimizer.step", "training.step"})
+        if (!file->contains(name) || file->to_int64(name).size() != 1 ||
+            file->to_int64(name)[0] < 0)
+          raise(KFORMER_ERROR_FILE, path + ": " + name + " is missing or not a count");
+      kformer::load_tensor(*file, "optimizer.exp_avg", e.optimizer.exp_avg());
+      kformer::load_tensor(*file, "optimizer.exp_avg_sq", e.optimizer.exp_avg_sq());
+      e.optimizer.set_steps(file->to_int64("optimizer.step")[0]);
+    });
     model->steps = file->to_int64("training.step")[0];
   } catch (const kformer::Error& e) {
     raise(KFORMER_ERROR_FILE, e.what());
   }
   Space().fence();
   return model;
+}
+
+// output = f(input) on the caller's arrays.
+template <class T>
+void forward(kformer_model& m, const T* input, std::int64_t batch, std::int64_t seq,
+             std::int64_t dim, T* output) {
+  require_kokkos();
+  Engine<T>& e = engine<T>(m, "kformer_forward", "kformer_forward_f32");
+  const ConstInput<T> x = wrap_input(m, input, "input", batch, seq, dim);
+  require_pointer(output, "output");
+  require_model_memory(output, "output");
+  // The network writes the caller's array directly unless it overlaps the input.
+  const Output<T> y(output, batch, seq, dim);
+  const bool overlaps = output < input + x.size() && input < output + x.size();
+  const Output<T> target = overlaps ? Output<T>(e.output.view(batch, seq, dim)) : y;
+  e.network.forward(Space(), kformer::RunContext{false, 0, false}, x, target);
+  if (overlaps) Kokkos::deep_copy(Space(), y, target);
+  Space().fence();
+}
+
+// One optimizer step on the MSE of f(input) against target; *loss is the loss before it.
+template <class T>
+void train_step(kformer_model& m, const T* input, const T* target, std::int64_t batch,
+                std::int64_t seq, std::int64_t dim, double* loss) {
+  require_kokkos();
+  Engine<T>& e = engine<T>(m, "kformer_train_step", "kformer_train_step_f32");
+  require_pointer(loss, "loss");
+  const ConstInput<T> x = wrap_input(m, input, "input", batch, seq, dim);
+  const ConstInput<T> t = wrap_input(m, target, "target", batch, seq, dim);
+  const Output<T> y = e.output.view(batch, seq, dim);
+  const Output<T> dy = e.d_output.view(batch, seq, dim);
+  const kformer::RunContext ctx{true, static_cast<std::uint64_t>(m.steps), true};
+  kformer::fill(Space(), T(0), e.parameters.grads());
+  e.network.forward(Space(), ctx, x, y);
+  const auto flat = [](const auto& v) {
+    using V = std::remove_reference_t<decltype(v)>;
+    return kformer::Tensor2<typename V::value_type, Memory>(v.data(), v.extent(0) * v.extent(1),
+                                                            v.extent(2));
+  };
+  const double value = e.losses.mse(Space(), flat(ConstInput<T>(y)), flat(t), flat(dy));
+  if (!std::isfinite(value))
+    raise(KFORMER_ERROR_NOT_FINITE, "the loss is " + std::to_string(value) +
+                                        "; no step was taken (a smaller learning_rate?)");
+  e.network.backward(Space(), ctx, x, dy, Output<T>());
+  e.optimizer.step(Space(), e.parameters.values(), e.parameters.grads(), m.learning_rate());
+  ++m.steps;
+  Space().fence();
+  *loss = value;
 }
 
 }  // namespace
@@ -462,7 +601,7 @@ int kformer_model_parameter_count(const kformer_model* model, int64_t* count) {
   return guarded("kformer_model_parameter_count", [&] {
     const kformer_model& m = live(model);
     require_pointer(count, "count");
-    *count = m.parameters.values().extent(0);
+    *count = m.visit([](auto& e) { return std::int64_t(e.parameters.values().extent(0)); });
   });
 }
 
@@ -476,49 +615,25 @@ int kformer_model_step_count(const kformer_model* model, int64_t* steps) {
 
 int kformer_forward(kformer_model* model, const double* input, int64_t batch, int64_t seq,
                     int64_t dim, double* output) {
-  return guarded("kformer_forward", [&] {
-    kformer_model& m = live(model);
-    require_kokkos();
-    const ConstInput x = wrap_input(m, input, "input", batch, seq, dim);
-    require_pointer(output, "output");
-    // The network writes the caller's array directly unless it overlaps the input.
-    const Output y(output, batch, seq, dim);
-    const bool overlaps = output < input + x.size() && input < output + x.size();
-    const Output target = overlaps ? Output(m.output.view(batch, seq, dim)) : y;
-    m.network.forward(Space(), kformer::RunContext{false, 0, false}, x, target);
-    if (overlaps) Kokkos::deep_copy(Space(), y, target);
-    Space().fence();
-  });
+  return guarded("kformer_forward", [&] { forward(live(model), input, batch, seq, dim, output); });
+}
+
+int kformer_forward_f32(kformer_model* model, const float* input, int64_t batch, int64_t seq,
+                        int64_t dim, float* output) {
+  return guarded("kformer_forward_f32",
+                 [&] { forward(live(model), input, batch, seq, dim, output); });
 }
 
 int kformer_train_step(kformer_model* model, const double* input, const double* target,
                        int64_t batch, int64_t seq, int64_t dim, double* loss) {
-  return guarded("kformer_train_step", [&] {
-    kformer_model& m = live(model);
-    require_kokkos();
-    require_pointer(loss, "loss");
-    const ConstInput x = wrap_input(m, input, "input", batch, seq, dim);
-    const ConstInput t = wrap_input(m, target, "target", batch, seq, dim);
-    const Output y = m.output.view(batch, seq, dim);
-    const Output dy = m.d_output.view(batch, seq, dim);
-    const kformer::RunContext ctx{true, static_cast<std::uint64_t>(m.steps), true};
-    Kokkos::deep_copy(Space(), m.parameters.grads(), 0.0);
-    m.network.forward(Space(), ctx, x, y);
-    const auto flat = [](const auto& v) {
-      using V = std::remove_reference_t<decltype(v)>;
-      return kformer::Tensor2<typename V::value_type, Memory>(v.data(), v.extent(0) * v.extent(1),
-                                                              v.extent(2));
-    };
-    const double value = m.losses.mse(Space(), flat(ConstInput(y)), flat(t), flat(dy));
-    if (!std::isfinite(value))
-      raise(KFORMER_ERROR_NOT_FINITE, "the loss is " + std::to_string(value) +
-                                          "; no step was taken (a smaller learning_rate?)");
-    m.network.backward(Space(), ctx, x, dy, Output());
-    m.optimizer.step(Space(), m.parameters.values(), m.parameters.grads(), m.learning_rate());
-    ++m.steps;
-    Space().fence();
-    *loss = value;
-  });
+  return guarded("kformer_train_step",
+                 [&] { train_step(live(model), input, target, batch, seq, dim, loss); });
+}
+
+int kformer_train_step_f32(kformer_model* model, const float* input, const float* target,
+                           int64_t batch, int64_t seq, int64_t dim, double* loss) {
+  return guarded("kformer_train_step_f32",
+                 [&] { train_step(live(model), input, target, batch, seq, dim, loss); });
 }
 
 }  // extern "C"

@@ -2,13 +2,16 @@
  * own arrays, from C, Fortran (bindings/fortran/kformer.f90) or anything that calls C.
  *
  * The model maps a window of states to a window of states of the same shape,
- *     y = f(x),   x, y: (batch, seq, dim) doubles, row-major: dim varies fastest
+ *     y = f(x),   x, y: (batch, seq, dim) row-major arrays: dim varies fastest
  * (a Fortran array x(dim, seq, batch) is the same memory), as kformer's
  * StandardTransformerNetwork: Linear(dim -> d_model), an encoder stack, Linear(d_model -> dim).
  * Arrays are the caller's: they are read and written in place, never copied, and must live in
  * the memory of kformer's default Kokkos execution space (host memory in a host build, device
- * memory in a CUDA or HIP build). The model is created from a JSON config (model, loss,
- * optimizer, learning-rate schedule, like TorchFort's YAML) or from a checkpoint it saved.
+ * memory in a CUDA or HIP build; a CUDA build refuses a host pointer). The model is created from
+ * a JSON config (model, loss, optimizer, learning-rate schedule, like TorchFort's YAML) or from a
+ * checkpoint it saved. It computes in double (model.precision "float64", the default; arrays of
+ * double, kformer_forward and kformer_train_step) or in float ("float32"; arrays of float,
+ * kformer_forward_f32 and kformer_train_step_f32); the other pair is refused by name.
  *
  * Every function returns KFORMER_OK or an error code; kformer_last_error() then says what went
  * wrong, naming the argument, what was expected and what was given. No exception crosses this
@@ -16,7 +19,7 @@
  *
  * Config (every key but model.state_dim optional, these are the defaults):
  *   {"model": {"type": "transformer", "state_dim": 4, "d_model": 32, "heads": 4,
- *              "layers": 2, "dim_feedforward": 64, "seed": 0},
+ *              "layers": 2, "dim_feedforward": 64, "seed": 0, "precision": "float64"},
  *    "loss": {"type": "mse"},
  *    "optimizer": {"type": "adam", "learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999,
  *                  "eps": 1e-8, "weight_decay": 0},
@@ -70,10 +73,14 @@ int kformer_model_step_count(const kformer_model* model, int64_t* steps);
 /* output = f(input).   input, output: (batch, seq, dim), dim = the model's state_dim. */
 int kformer_forward(kformer_model* model, const double* input, int64_t batch, int64_t seq,
                     int64_t dim, double* output);
+int kformer_forward_f32(kformer_model* model, const float* input, int64_t batch, int64_t seq,
+                        int64_t dim, float* output);
 /* One optimizer step on the mean squared error of f(input) against target (both (batch, seq,
  * dim)); *loss receives the loss before the step. A loss that is not finite takes no step. */
 int kformer_train_step(kformer_model* model, const double* input, const double* target,
                        int64_t batch, int64_t seq, int64_t dim, double* loss);
+int kformer_train_step_f32(kformer_model* model, const float* input, const float* target,
+                           int64_t batch, int64_t seq, int64_t dim, double* loss);
 
 #ifdef __cplusplus
 }

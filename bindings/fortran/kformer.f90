@@ -1,6 +1,7 @@
 ! kformer's Fortran module: the C API (bindings/c/kformer_c.h) through iso_c_binding, and helpers
 ! that take Fortran arrays as they are. A Fortran array x(dim, seq, batch) is the C API's
-! (batch, seq, dim): it is passed by address, never copied (contiguous arrays only).
+! (batch, seq, dim): it is passed by address, never copied (contiguous arrays only). The array
+! helpers take real(c_double) or real(c_float) arrays, as the model's precision asks.
 module kformer
   use, intrinsic :: iso_c_binding
   implicit none
@@ -13,7 +14,8 @@ module kformer
   public :: kformer_initialize, kformer_finalize, kformer_model_create, &
     kformer_model_create_from_string, kformer_model_load, kformer_model_save, &
     kformer_model_destroy, kformer_model_state_dim, kformer_model_parameter_count, &
-    kformer_model_step_count, kformer_forward, kformer_train_step
+    kformer_model_step_count, kformer_forward, kformer_train_step, kformer_forward_f32, &
+    kformer_train_step_f32
   public :: kformer_error_message, kformer_forward_array, kformer_train_step_array, c_string
 
   interface
@@ -86,10 +88,33 @@ module kformer
       integer(c_int64_t), value :: batch, seq, dim
       real(c_double), intent(out) :: loss
     end function
+    integer(c_int) function kformer_forward_f32(model, input, batch, seq, dim, output) &
+        bind(C, name="kformer_forward_f32")
+      import :: c_int, c_ptr, c_int64_t, c_float
+      type(c_ptr), value :: model
+      real(c_float), dimension(*), intent(in) :: input
+      integer(c_int64_t), value :: batch, seq, dim
+      real(c_float), dimension(*), intent(inout) :: output
+    end function
+    integer(c_int) function kformer_train_step_f32(model, input, target, batch, seq, dim, loss) &
+        bind(C, name="kformer_train_step_f32")
+      import :: c_int, c_ptr, c_int64_t, c_float, c_double
+      type(c_ptr), value :: model
+      real(c_float), dimension(*), intent(in) :: input, target
+      integer(c_int64_t), value :: batch, seq, dim
+      real(c_double), intent(out) :: loss
+    end function
     integer(c_size_t) function c_strlen(s) bind(C, name="strlen")
       import :: c_size_t, c_ptr
       type(c_ptr), value :: s
     end function
+  end interface
+
+  interface kformer_forward_array
+    module procedure forward_array_f64, forward_array_f32
+  end interface
+  interface kformer_train_step_array
+    module procedure train_step_array_f64, train_step_array_f32
   end interface
 
 contains
@@ -117,7 +142,7 @@ contains
   end function
 
   ! output = f(input) for arrays x(dim, seq, batch), passed without a copy.
-  integer(c_int) function kformer_forward_array(model, input, output) result(status)
+  integer(c_int) function forward_array_f64(model, input, output) result(status)
     type(c_ptr), intent(in) :: model
     real(c_double), contiguous, intent(in) :: input(:, :, :)
     real(c_double), contiguous, intent(inout) :: output(:, :, :)
@@ -130,7 +155,7 @@ contains
   end function
 
   ! One training step on arrays x(dim, seq, batch), passed without a copy.
-  integer(c_int) function kformer_train_step_array(model, input, target, loss) result(status)
+  integer(c_int) function train_step_array_f64(model, input, target, loss) result(status)
     type(c_ptr), intent(in) :: model
     real(c_double), contiguous, intent(in) :: input(:, :, :), target(:, :, :)
     real(c_double), intent(out) :: loss
@@ -141,6 +166,35 @@ contains
     end if
     status = kformer_train_step(model, input, target, int(size(input, 3), c_int64_t), &
                                 int(size(input, 2), c_int64_t), int(size(input, 1), c_int64_t), loss)
+  end function
+
+  ! forward_array_f64 on real(c_float) arrays (a model of precision float32).
+  integer(c_int) function forward_array_f32(model, input, output) result(status)
+    type(c_ptr), intent(in) :: model
+    real(c_float), contiguous, intent(in) :: input(:, :, :)
+    real(c_float), contiguous, intent(inout) :: output(:, :, :)
+    if (any(shape(output) /= shape(input))) then
+      status = KFORMER_ERROR_ARGUMENT
+      return
+    end if
+    status = kformer_forward_f32(model, input, int(size(input, 3), c_int64_t), &
+                                 int(size(input, 2), c_int64_t), int(size(input, 1), c_int64_t), &
+                                 output)
+  end function
+
+  ! train_step_array_f64 on real(c_float) arrays (a model of precision float32).
+  integer(c_int) function train_step_array_f32(model, input, target, loss) result(status)
+    type(c_ptr), intent(in) :: model
+    real(c_float), contiguous, intent(in) :: input(:, :, :), target(:, :, :)
+    real(c_double), intent(out) :: loss
+    loss = 0
+    if (any(shape(target) /= shape(input))) then
+      status = KFORMER_ERROR_ARGUMENT
+      return
+    end if
+    status = kformer_train_step_f32(model, input, target, int(size(input, 3), c_int64_t), &
+                                    int(size(input, 2), c_int64_t), &
+                                    int(size(input, 1), c_int64_t), loss)
   end function
 
 end module kformer

@@ -2,8 +2,9 @@
  * step reports is the MSE of the outputs forward gave just before; a step lowers it; save and
  * load give the same outputs and step count) and every error path (a null or destroyed handle,
  * null pointers, wrong shapes, NaN input, missing and foreign files, configs naming unknown
- * layers, optimizers, losses and keys): a non-zero status, a message naming the argument, and
- * the caller's arrays left unwritten.
+ * layers, optimizers, losses and keys, arrays of the other precision): a non-zero status, a
+ * message naming the argument, and the caller's arrays left unwritten. A float32 model against
+ * the double one of the same seed.
  *
  *   test_c_api SCRATCH_DIR
  */
@@ -175,6 +176,62 @@ int main(int argc, char** argv) {
   EXPECT_ERROR(kformer_model_save(model, "/nonexistent/dir/model.safetensors"), KFORMER_ERROR_FILE,
                "/nonexistent/dir");
   EXPECT_ERROR(kformer_model_save(model, NULL), KFORMER_ERROR_ARGUMENT, "path is NULL");
+
+  /* Precision float32: the same network from the same seed, in float. Its outputs agree with
+     the double model's to float's rounding; it trains, saves and loads bit for bit; the double
+     entry points are refused by name, as are the float ones on the double model. */
+  static const char* const kFloatConfig =
+      "{\"model\": {\"state_dim\": 3, \"d_model\": 8, \"heads\": 2, \"layers\": 1,"
+      " \"dim_feedforward\": 16, \"seed\": 11, \"precision\": \"float32\"}}";
+  static const char* const kDoubleConfig =
+      "{\"model\": {\"state_dim\": 3, \"d_model\": 8, \"heads\": 2, \"layers\": 1,"
+      " \"dim_feedforward\": 16, \"seed\": 11}}";
+  EXPECT_ERROR(kformer_model_create_from_string(
+                   "{\"model\": {\"state_dim\": 3, \"precision\": \"half\"}}", &loaded),
+               KFORMER_ERROR_ARGUMENT, "model.precision must be \"float64\" or \"float32\"");
+  kformer_model* single = NULL;
+  kformer_model* twin = NULL;
+  CHECK(kformer_model_create_from_string(kFloatConfig, &single) == KFORMER_OK);
+  CHECK(kformer_model_create_from_string(kDoubleConfig, &twin) == KFORMER_OK);
+  float input_f[N], target_f[N], output_f[N], again_f[N];
+  for (int i = 0; i < N; ++i) {
+    input_f[i] = (float)input[i];
+    target_f[i] = (float)target[i];
+  }
+  CHECK(kformer_forward_f32(single, input_f, BATCH, SEQ, DIM, output_f) == KFORMER_OK);
+  CHECK(kformer_forward(twin, input, BATCH, SEQ, DIM, output) == KFORMER_OK);
+  double worst = 0;
+  for (int i = 0; i < N; ++i)
+    worst = fmax(worst, fabs((double)output_f[i] - output[i]) / (1 + fabs(output[i])));
+  CHECK(worst > 0 && worst < 1e-5);
+  EXPECT_ERROR(kformer_forward(single, input, BATCH, SEQ, DIM, output), KFORMER_ERROR_ARGUMENT,
+               "the model computes in float32 (model.precision) but the arrays given are "
+               "float64: call kformer_forward_f32 instead");
+  EXPECT_ERROR(kformer_train_step_f32(twin, input_f, target_f, BATCH, SEQ, DIM, &loss),
+               KFORMER_ERROR_ARGUMENT, "call kformer_train_step instead");
+  input_f[5] = NAN;
+  EXPECT_ERROR(kformer_forward_f32(single, input_f, BATCH, SEQ, DIM, output_f),
+               KFORMER_ERROR_NOT_FINITE, "input holds a NaN or infinity at element 5");
+  input_f[5] = (float)input[5];
+  double first_f = 0, last_f = 0;
+  CHECK(kformer_train_step_f32(single, input_f, target_f, BATCH, SEQ, DIM, &first_f) == KFORMER_OK);
+  for (int s = 0; s < 20; ++s)
+    CHECK(kformer_train_step_f32(single, input_f, target_f, BATCH, SEQ, DIM, &last_f) ==
+          KFORMER_OK);
+  CHECK(last_f < first_f);
+  CHECK(kformer_model_save(single, path) == KFORMER_OK);
+  CHECK(kformer_model_destroy(&loaded) == KFORMER_OK);
+  CHECK(kformer_model_load(path, &loaded) == KFORMER_OK);
+  CHECK(kformer_forward_f32(single, input_f, BATCH, SEQ, DIM, output_f) == KFORMER_OK);
+  CHECK(kformer_forward_f32(loaded, input_f, BATCH, SEQ, DIM, again_f) == KFORMER_OK);
+  CHECK(memcmp(again_f, output_f, sizeof output_f) == 0);
+  CHECK(kformer_train_step_f32(single, input_f, target_f, BATCH, SEQ, DIM, &loss_a) == KFORMER_OK);
+  CHECK(kformer_train_step_f32(loaded, input_f, target_f, BATCH, SEQ, DIM, &loss_b) == KFORMER_OK);
+  CHECK(loss_a == loss_b);
+  CHECK(kformer_model_destroy(&loaded) == KFORMER_OK);
+  CHECK(kformer_model_destroy(&single) == KFORMER_OK);
+  CHECK(kformer_model_destroy(&twin) == KFORMER_OK);
+  CHECK(kformer_model_load(path, &loaded) == KFORMER_OK); /* a handle to destroy below */
 
   /* Handles: null, destroyed. */
   EXPECT_ERROR(kformer_forward(NULL, input, BATCH, SEQ, DIM, output), KFORMER_ERROR_HANDLE,
