@@ -540,6 +540,11 @@ const char* kformer_last_error(void) {
   return last_error.c_str();
 }
 
+int kformer_report_error(int status, const char* message) {
+  last_error = message != nullptr ? message : "an error without a message";
+  return status;
+}
+
 int kformer_model_create_from_string(const char* config_json, kformer_model** model) {
   return guarded("kformer_model_create_from_string", [&] {
     require_pointer(config_json, "config_json");

@@ -54,6 +54,10 @@ int kformer_initialize(void);
 int kformer_finalize(void);
 /* The message of this thread's last failed call ("" if none); valid until its next call. */
 const char* kformer_last_error(void);
+/* For language bindings whose own checks fail before a call reaches this API (the Fortran
+ * module's shape checks): makes `message` this thread's kformer_last_error() and returns
+ * `status`. */
+int kformer_report_error(int status, const char* message);
 
 /* A new model from a JSON config file, or from the JSON text itself. */
 int kformer_model_create(const char* config_path, kformer_model** model);

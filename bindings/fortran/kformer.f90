@@ -28,6 +28,12 @@ module kformer
     type(c_ptr) function kformer_last_error() bind(C, name="kformer_last_error")
       import :: c_ptr
     end function
+    integer(c_int) function kformer_report_error(status, message) &
+        bind(C, name="kformer_report_error")
+      import :: c_int, c_char
+      integer(c_int), value :: status
+      character(kind=c_char), dimension(*), intent(in) :: message
+    end function
     integer(c_int) function kformer_model_create(config_path, model) &
         bind(C, name="kformer_model_create")
       import :: c_int, c_char, c_ptr
@@ -141,13 +147,25 @@ contains
     s = trim(text) // c_null_char
   end function
 
+  ! KFORMER_ERROR_ARGUMENT, with a message naming both arrays and their shapes.
+  integer(c_int) function shape_mismatch(function_name, name, array_shape, other_name, &
+                                         other_shape) result(status)
+    character(len=*), intent(in) :: function_name, name, other_name
+    integer, intent(in) :: array_shape(3), other_shape(3)
+    character(len=256) :: message
+    write (message, '(a, ": ", a, " has shape (", i0, 2(", ", i0), ") but ", a, " has shape (", &
+           &i0, 2(", ", i0), "); they must be equal")') function_name, name, array_shape, &
+           other_name, other_shape
+    status = kformer_report_error(KFORMER_ERROR_ARGUMENT, c_string(message))
+  end function
+
   ! output = f(input) for arrays x(dim, seq, batch), passed without a copy.
   integer(c_int) function forward_array_f64(model, input, output) result(status)
     type(c_ptr), intent(in) :: model
     real(c_double), contiguous, intent(in) :: input(:, :, :)
     real(c_double), contiguous, intent(inout) :: output(:, :, :)
     if (any(shape(output) /= shape(input))) then
-      status = KFORMER_ERROR_ARGUMENT
+      status = shape_mismatch("kformer_forward_array", "output", shape(output), "input", shape(input))
       return
     end if
     status = kformer_forward(model, input, int(size(input, 3), c_int64_t), &
@@ -161,7 +179,7 @@ contains
     real(c_double), intent(out) :: loss
     loss = 0
     if (any(shape(target) /= shape(input))) then
-      status = KFORMER_ERROR_ARGUMENT
+      status = shape_mismatch("kformer_train_step_array", "target", shape(target), "input", shape(input))
       return
     end if
     status = kformer_train_step(model, input, target, int(size(input, 3), c_int64_t), &
@@ -174,7 +192,7 @@ contains
     real(c_float), contiguous, intent(in) :: input(:, :, :)
     real(c_float), contiguous, intent(inout) :: output(:, :, :)
     if (any(shape(output) /= shape(input))) then
-      status = KFORMER_ERROR_ARGUMENT
+      status = shape_mismatch("kformer_forward_array", "output", shape(output), "input", shape(input))
       return
     end if
     status = kformer_forward_f32(model, input, int(size(input, 3), c_int64_t), &
@@ -189,7 +207,7 @@ contains
     real(c_double), intent(out) :: loss
     loss = 0
     if (any(shape(target) /= shape(input))) then
-      status = KFORMER_ERROR_ARGUMENT
+      status = shape_mismatch("kformer_train_step_array", "target", shape(target), "input", shape(input))
       return
     end if
     status = kformer_train_step_f32(model, input, target, int(size(input, 3), c_int64_t), &

@@ -233,6 +233,15 @@ int main(int argc, char** argv) {
   CHECK(kformer_model_destroy(&twin) == KFORMER_OK);
   CHECK(kformer_model_load(path, &loaded) == KFORMER_OK); /* a handle to destroy below */
 
+  /* A binding's own check, reported through the API; the next successful call clears it. */
+  CHECK(kformer_report_error(KFORMER_ERROR_ARGUMENT, "binding: x has shape (2)") ==
+        KFORMER_ERROR_ARGUMENT);
+  CHECK(strcmp(kformer_last_error(), "binding: x has shape (2)") == 0);
+  CHECK(kformer_report_error(KFORMER_ERROR_STATE, NULL) == KFORMER_ERROR_STATE);
+  CHECK(strcmp(kformer_last_error(), "an error without a message") == 0);
+  CHECK(kformer_model_state_dim(model, &value) == KFORMER_OK);
+  CHECK(strcmp(kformer_last_error(), "") == 0);
+
   /* Handles: null, destroyed. */
   EXPECT_ERROR(kformer_forward(NULL, input, BATCH, SEQ, DIM, output), KFORMER_ERROR_HANDLE,
                "model is NULL");
