@@ -23,6 +23,8 @@
 #include <nlohmann/json.hpp>
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime_api.h>
+#elif defined(KOKKOS_ENABLE_HIP)
+#include <hip/hip_runtime_api.h>
 #endif
 
 #include <kformer/core/error.hpp>
@@ -346,25 +348,39 @@ Engine<T>& engine(const kformer_model& model, const char* takes_float64,
   return *e;
 }
 
-// That `data` is memory the model's execution space reads: on CUDA a device or managed pointer
-// (a host pointer would fault inside a kernel). Host builds have one memory: nothing to check.
+// That `data` is memory the model's execution space reads: on CUDA and HIP a device or managed
+// pointer (a host pointer would fault inside a kernel), as the runtime reports it. Host builds
+// have one memory: nothing to check.
 void require_model_memory(const void* data, const char* name) {
+  bool device = true;
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (std::is_same_v<Space, Kokkos::Cuda>) {
     cudaPointerAttributes attributes{};
     const bool known = cudaPointerGetAttributes(&attributes, data) == cudaSuccess;
     if (!known) (void)cudaGetLastError();  // clear the sticky error of an unknown pointer
-    if (!known ||
-        (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged))
-      raise(KFORMER_ERROR_ARGUMENT,
-            std::string(name) +
-                " is not in CUDA device or managed memory; the model runs on the GPU, so the "
-                "arrays must be device arrays (e.g. OpenACC's or CUDA Fortran's device data)");
+    device = known &&
+             (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged);
+  }
+#elif defined(KOKKOS_ENABLE_HIP)
+  if constexpr (std::is_same_v<Space, Kokkos::HIP>) {
+    hipPointerAttribute_t attributes{};
+    const bool known = hipPointerGetAttributes(&attributes, data) == hipSuccess;
+    if (!known) (void)hipGetLastError();
+#if HIP_VERSION_MAJOR >= 6
+    const hipMemoryType type = attributes.type;
+#else
+    const hipMemoryType type = attributes.memoryType;
+#endif
+    device = known && (type == hipMemoryTypeDevice || attributes.isManaged != 0);
   }
 #else
   (void)data;
-  (void)name;
 #endif
+  if (!device)
+    raise(KFORMER_ERROR_ARGUMENT,
+          std::string(name) +
+              " is not in GPU device or managed memory; the model runs on the GPU, so the arrays "
+              "must be device arrays (e.g. OpenACC's or CUDA Fortran's device data)");
 }
 
 template <class T>

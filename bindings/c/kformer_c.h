@@ -7,7 +7,7 @@
  * StandardTransformerNetwork: Linear(dim -> d_model), an encoder stack, Linear(d_model -> dim).
  * Arrays are the caller's: they are read and written in place, never copied, and must live in
  * the memory of kformer's default Kokkos execution space (host memory in a host build, device
- * memory in a CUDA or HIP build; a CUDA build refuses a host pointer). The model is created from
+ * memory in a CUDA or HIP build, which refuse a host pointer). The model is created from
  * a JSON config (model, loss, optimizer, learning-rate schedule, like TorchFort's YAML) or from a
  * checkpoint it saved. It computes in double (model.precision "float64", the default; arrays of
  * double, kformer_forward and kformer_train_step) or in float ("float32"; arrays of float,
