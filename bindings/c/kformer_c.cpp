@@ -27,6 +27,7 @@
 #include <hip/hip_runtime_api.h>
 #endif
 
+#include <kformer/core/compat.hpp>
 #include <kformer/core/error.hpp>
 #include <kformer/core/finite.hpp>
 #include <kformer/core/json_integer.hpp>
@@ -362,7 +363,7 @@ void require_model_memory(const void* data, const char* name) {
              (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged);
   }
 #elif defined(KOKKOS_ENABLE_HIP)
-  if constexpr (std::is_same_v<Space, Kokkos::HIP>) {
+  if constexpr (std::is_same_v<Space, kformer::compat::HIP>) {
     hipPointerAttribute_t attributes{};
     const bool known = hipPointerGetAttributes(&attributes, data) == hipSuccess;
     if (!known) (void)hipGetLastError();
