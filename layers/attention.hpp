@@ -66,7 +66,7 @@ class MultiHeadAttention {
   using Tensor3 = RowMajorView<kformer::Tensor3<T, memory_space>>;
   using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
   using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
-  using Mask = Kokkos::View<const bool**, Kokkos::LayoutRight, memory_space>;
+  using Mask = RowMajorView<Kokkos::View<const bool**, Kokkos::LayoutRight, memory_space>>;
 
   MultiHeadAttention() = default;
   MultiHeadAttention(const ExecutionSpace& exec, int d_model,
@@ -206,11 +206,14 @@ class MultiHeadAttention {
   }
 
  private:
-  // The fused kernels' description of the last forward.
-  impl::flash::Problem<T, Mask, ConstMatrix> problem() {
+  // The fused kernels' description of the last forward, in the plain View types their instances
+  // in layers/attention_instances.cpp are compiled for.
+  using Problem = impl::flash::Problem<T, impl::flash::KeyMaskOf<ExecutionSpace>,
+                                       impl::flash::AttnMaskOf<ExecutionSpace, T>>;
+  Problem problem() {
     const std::int64_t rows = std::int64_t(batch_) * heads_ * seq_;
     const auto stats = row_stats_.view(2, rows);
-    impl::flash::Problem<T, Mask, ConstMatrix> p;
+    Problem p;
     p.batch = batch_;
     p.heads = heads_;
     p.seq = seq_;
@@ -285,8 +288,9 @@ class MultiHeadAttention {
   bool grad_ = false;       // whether the last forward ran with grad
   bool dropout_active_ = false;
   std::uint64_t step_ = 0;  // the last forward's, for the backward's dropout decisions
-  Mask key_padding_mask_;   // the last forward's masks (copies, where a backward may follow)
-  ConstMatrix attn_mask_;
+  // The last forward's masks (copies, where a backward may follow).
+  impl::flash::KeyMaskOf<ExecutionSpace> key_padding_mask_;
+  impl::flash::AttnMaskOf<ExecutionSpace, T> attn_mask_;
   int batch_ = 0, seq_ = 0;
   Linear<T, ExecutionSpace> in_proj_, out_proj_;
   GrowingBuffer<T, memory_space> qkv_{"kformer::MultiHeadAttention::qkv"};

@@ -126,7 +126,7 @@ class SpectrumTransformer {
   using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
   using Matrix = RowMajorView<Tensor2<T, memory_space>>;
   using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
-  using Mask = Kokkos::View<const bool**, Kokkos::LayoutRight, memory_space>;
+  using Mask = RowMajorView<Kokkos::View<const bool**, Kokkos::LayoutRight, memory_space>>;
 
   SpectrumTransformer(const ExecutionSpace& exec, const SpectrumTransformerOptions& o)
       : options_(checked(o)),

@@ -102,7 +102,8 @@ class TimeSeriesTransformer {
   using ConstTensor3 = RowMajorView<kformer::Tensor3<const T, memory_space>>;
   using Matrix = RowMajorView<Tensor2<T, memory_space>>;
   using ConstMatrix = RowMajorView<Tensor2<const T, memory_space>>;
-  using KeepMask = Kokkos::View<const std::uint8_t**, Kokkos::LayoutRight, memory_space>;
+  using KeepMask =
+      RowMajorView<Kokkos::View<const std::uint8_t**, Kokkos::LayoutRight, memory_space>>;
 
   TimeSeriesTransformer(const ExecutionSpace& exec, const TstConfig& config) : config_(config) {
     config_.validate("kformer::TimeSeriesTransformer");

@@ -287,6 +287,25 @@ TEMPLATE_LIST_TEST_CASE(
                     ContainsText("a LayoutRight View of shape (6, 4) and strides (8, 1)"));
   for (double g : host_values(linear.weight().grad))
     REQUIRE(g == 0.0);
+
+  // Key-padding masks follow the same rule: a LayoutStride mask with row-major strides is read
+  // in place (the same outputs as its LayoutRight original), a LayoutLeft one is refused.
+  Kokkos::View<bool**, Kokkos::LayoutRight, M> mask("mask", windows, window);
+  const auto mask_host = Kokkos::create_mirror_view(mask);
+  for (int b = 0; b < windows; ++b)
+    for (int s = 0; s < window; ++s)
+      mask_host(b, s) = s >= window - b;  // window b pads its last b steps
+  Kokkos::deep_copy(mask, mask_host);
+  const Kokkos::View<const bool**, Kokkos::LayoutStride, M> strided_mask(
+      mask.data(), Kokkos::LayoutStride(windows, window, window, 1));
+  Tensor3<float, M> y_masked("y_masked", windows, window, d);
+  encoder.forward(Space(), RunContext{false, 0}, x_copy, y_copy, mask);
+  encoder.forward(Space(), RunContext{false, 0}, x_copy, y_masked, strided_mask);
+  CHECK(host_values(y_masked) == host_values(y_copy));
+  CHECK(host_values(y_masked) != host_values(predicted));  // the mask changed the outputs
+  const Kokkos::View<bool**, Kokkos::LayoutLeft, M> left_mask("left_mask", windows, window);
+  CHECK_THROWS_WITH(encoder.forward(Space(), RunContext{false, 0}, x_copy, y_masked, left_mask),
+                    ContainsText("a LayoutLeft View of shape (4, 5) and strides (1, 4)"));
 }
 
 TEMPLATE_LIST_TEST_CASE(
