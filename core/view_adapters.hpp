@@ -72,6 +72,16 @@ bool is_dense_in_order(const View& v, const std::array<int, N>& order) {
   return true;
 }
 
+// True when v's memory is row-major dense (is_dense_in_order, last dimension fastest).
+template <class View>
+bool is_row_major_dense(const View& v) {
+  constexpr int rank = compat::rank_v<View>;
+  std::array<int, rank> order{};
+  for (int i = 0; i < rank; ++i)
+    order[i] = rank - 1 - i;
+  return is_dense_in_order(v, order);
+}
+
 template <class View>
 [[noreturn]] void fail_layout(const char* where, const char* name, const View& v,
                               const char* wanted) {
@@ -96,10 +106,7 @@ template <class View>
 auto as_tensor(const View& v, const char* where, const char* name) {
   constexpr int rank = compat::rank_v<View>;
   static_assert(rank >= 1 && rank <= 4, "kformer::as_tensor: Views of rank 1 to 4");
-  std::array<int, rank> order{};
-  for (int i = 0; i < rank; ++i)
-    order[i] = rank - 1 - i;
-  if (!detail::is_dense_in_order(v, order)) detail::fail_layout(where, name, v, "row-major dense");
+  if (!detail::is_row_major_dense(v)) detail::fail_layout(where, name, v, "row-major dense");
   using T = typename View::value_type;
   using M = typename View::memory_space;
   return detail::row_major_tensor<T, M>(v.data(), extents_of(v));
@@ -177,11 +184,7 @@ class RowMajorView : public Tensor {
     // A LayoutRight subview of columns keeps its row stride: LayoutRight, but not dense.
     if constexpr (std::is_same_v<Layout, Kokkos::LayoutRight>)
       if (v.span_is_contiguous()) return v;
-    constexpr int rank = compat::rank_v<Source>;
-    std::array<int, rank> order{};
-    for (int i = 0; i < rank; ++i)
-      order[i] = rank - 1 - i;
-    if (!detail::is_dense_in_order(v, order))
+    if (!detail::is_row_major_dense(v))
       fail("kformer::RowMajorView", "a ", detail::layout_name<Source>(), " View of shape ",
            shape_of(v), " and strides ", shape_string(detail::strides_of(v)),
            " was passed where kformer takes a row-major (LayoutRight) tensor; its memory is not "

@@ -509,12 +509,8 @@ void train_step(kformer_model& m, const T* input, const T* target, std::int64_t 
   const kformer::RunContext ctx{true, static_cast<std::uint64_t>(m.steps), true};
   kformer::fill(Space(), T(0), e.parameters.grads());
   e.network.forward(Space(), ctx, x, y);
-  const auto flat = [](const auto& v) {
-    using V = std::remove_reference_t<decltype(v)>;
-    return kformer::Tensor2<typename V::value_type, Memory>(v.data(), v.extent(0) * v.extent(1),
-                                                            v.extent(2));
-  };
-  const double value = e.losses.mse(Space(), flat(ConstInput<T>(y)), flat(t), flat(dy));
+  const double value = e.losses.mse(Space(), kformer::as_matrix(ConstInput<T>(y)),
+                                    kformer::as_matrix(t), kformer::as_matrix(dy));
   if (!std::isfinite(value))
     raise(KFORMER_ERROR_NOT_FINITE, "the loss is " + std::to_string(value) +
                                         "; no step was taken (a smaller learning_rate?)");
