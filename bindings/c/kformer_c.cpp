@@ -68,20 +68,22 @@ struct Config {
   double gamma = 1.0;
 };
 
-// The keys of `object` must be in `known`; `where` names the object in messages.
-void only_keys(const nlohmann::json& object, const std::set<std::string>& known,
-               const std::string& where) {
-  if (!object.is_object()) raise(KFORMER_ERROR_ARGUMENT, "config: " + where + " must be an object");
+// The keys of `object` must be in `known`; `source` (the config's file) and `where` (the object)
+// name it in messages.
+void only_keys(const std::string& source, const nlohmann::json& object,
+               const std::set<std::string>& known, const std::string& where) {
+  if (!object.is_object())
+    raise(KFORMER_ERROR_ARGUMENT, source + ": " + where + " must be an object");
   for (const auto& item : object.items())
     if (!known.count(item.key()))
-      raise(KFORMER_ERROR_ARGUMENT, "config: unknown key '" + item.key() + "' in " + where);
+      raise(KFORMER_ERROR_ARGUMENT, source + ": unknown key '" + item.key() + "' in " + where);
 }
 
-std::string type_of(const nlohmann::json& object, const std::string& where,
-                    const std::string& default_type) {
+std::string type_of(const std::string& source, const nlohmann::json& object,
+                    const std::string& where, const std::string& default_type) {
   if (!object.contains("type")) return default_type;
   if (!object.at("type").is_string())
-    raise(KFORMER_ERROR_ARGUMENT, "config: " + where + ".type must be a string");
+    raise(KFORMER_ERROR_ARGUMENT, source + ": " + where + ".type must be a string");
   return object.at("type").get<std::string>();
 }
 
@@ -92,7 +94,7 @@ Config parse_config(const std::string& text, const std::string& source) {
   } catch (const nlohmann::json::exception& e) {
     raise(KFORMER_ERROR_ARGUMENT, source + ": not valid JSON: " + e.what());
   }
-  only_keys(j, {"model", "loss", "optimizer", "lr_schedule"}, "the config");
+  only_keys(source, j, {"model", "loss", "optimizer", "lr_schedule"}, "the config");
   Config c;
   const std::string where = "kformer_c";
   const auto integer = [&](const nlohmann::json& o, const std::string& key, int low, int high,
@@ -118,10 +120,10 @@ Config parse_config(const std::string& text, const std::string& source) {
   if (!j.contains("model")) raise(KFORMER_ERROR_ARGUMENT, source + ": no \"model\" entry");
   const auto& m = j.at("model");
   only_keys(
-      m,
+      source, m,
       {"type", "state_dim", "d_model", "heads", "layers", "dim_feedforward", "seed", "precision"},
       "model");
-  if (type_of(m, "model", "transformer") != "transformer")
+  if (type_of(source, m, "model", "transformer") != "transformer")
     raise(KFORMER_ERROR_ARGUMENT, source + ": unknown model type '" +
                                       m.at("type").get<std::string>() + "' (expected transformer)");
   if (!m.contains("state_dim"))
@@ -146,15 +148,16 @@ Config parse_config(const std::string& text, const std::string& source) {
                                       " is not a multiple of model.heads " +
                                       std::to_string(c.network.heads));
   if (j.contains("loss")) {
-    only_keys(j.at("loss"), {"type"}, "loss");
-    const std::string loss = type_of(j.at("loss"), "loss", "mse");
+    only_keys(source, j.at("loss"), {"type"}, "loss");
+    const std::string loss = type_of(source, j.at("loss"), "loss", "mse");
     if (loss != "mse")
       raise(KFORMER_ERROR_ARGUMENT, source + ": unknown loss '" + loss + "' (expected mse)");
   }
   if (j.contains("optimizer")) {
     const auto& o = j.at("optimizer");
-    only_keys(o, {"type", "learning_rate", "beta1", "beta2", "eps", "weight_decay"}, "optimizer");
-    const std::string type = type_of(o, "optimizer", "adam");
+    only_keys(source, o, {"type", "learning_rate", "beta1", "beta2", "eps", "weight_decay"},
+              "optimizer");
+    const std::string type = type_of(source, o, "optimizer", "adam");
     if (type == "adam")
       c.optimizer.kind = kformer::OptimizerKind::Adam;
     else if (type == "adamw")
@@ -172,8 +175,8 @@ Config parse_config(const std::string& text, const std::string& source) {
   }
   if (j.contains("lr_schedule")) {
     const auto& s = j.at("lr_schedule");
-    only_keys(s, {"type", "step_size", "gamma"}, "lr_schedule");
-    const std::string type = type_of(s, "lr_schedule", "constant");
+    only_keys(source, s, {"type", "step_size", "gamma"}, "lr_schedule");
+    const std::string type = type_of(source, s, "lr_schedule", "constant");
     if (type == "step") {
       if (!s.contains("step_size"))
         raise(KFORMER_ERROR_ARGUMENT,
