@@ -75,8 +75,11 @@ void only_keys(const std::string& source, const nlohmann::json& object,
   if (!object.is_object())
     raise(KFORMER_ERROR_ARGUMENT, source + ": " + where + " must be an object");
   for (const auto& item : object.items())
-    if (!known.count(item.key()))
-      raise(KFORMER_ERROR_ARGUMENT, source + ": unknown key '" + item.key() + "' in " + where);
+    if (!known.count(item.key())) {
+      std::string message = source;
+      message.append(": unknown key '").append(item.key()).append("' in ").append(where);
+      raise(KFORMER_ERROR_ARGUMENT, message);
+    }
 }
 
 std::string type_of(const std::string& source, const nlohmann::json& object,
